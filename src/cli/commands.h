@@ -1,0 +1,13 @@
+// Subcommands of the `moeflux` executable. Each registers its options on the app and returns
+// the function that runs it; main() runs the chosen one and maps moeflux::Error to exit 1.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace moeflux::cli {
+
+using Runner = std::function<int()>;
+
+Runner register_logits(CLI::App& app);
+
+}  // namespace moeflux::cli

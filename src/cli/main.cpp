@@ -1,0 +1,35 @@
+// moeflux command line: dispatches to the subcommands in cli/cmd_*.cpp.
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moeflux: Mixture-of-Experts inference for models larger than memory"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "moeflux 0.1.0");
+  std::map<CLI::App*, moeflux::cli::Runner> runners;
+  auto add = [&](moeflux::cli::Runner (*reg)(CLI::App&)) {
+    size_t before = app.get_subcommands({}).size();
+    auto run = reg(app);
+    runners[app.get_subcommands({})[before]] = run;
+  };
+  add(moeflux::cli::register_logits);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto* sub : app.get_subcommands())
+      if (runners.count(sub)) return runners[sub]();
+  } catch (const moeflux::Error& e) {
+    std::fprintf(stderr, "moeflux: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "moeflux: error: out of memory\n");
+    return 1;
+  }
+  return 1;
+}

@@ -1,0 +1,44 @@
+// model_type dispatch and load_model.
+#include "model/archs/archs.h"
+
+#include <utility>
+
+#include "core/error.h"
+
+namespace moeflux {
+
+namespace {
+const std::pair<const char*, ArchBuilder> kArchs[] = {
+    {"qwen3_moe", build_qwen3_moe},
+    {"mixtral", build_mixtral},
+};
+}  // namespace
+
+ArchBuilder find_arch(const std::string& model_type) {
+  for (const auto& [name, fn] : kArchs)
+    if (model_type == name) return fn;
+  return nullptr;
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> v;
+  for (const auto& a : kArchs) v.push_back(a.first);
+  return v;
+}
+
+std::unique_ptr<Model> load_model(const std::string& dir) {
+  auto m = std::make_unique<Model>();
+  m->cfg = load_model_config(dir);
+  ArchBuilder build = find_arch(m->cfg.arch);
+  if (!build) {
+    std::string known;
+    for (const auto& a : supported_architectures()) known += (known.empty() ? "" : ", ") + a;
+    fail(m->cfg.path, ": unknown architecture model_type '", m->cfg.arch, "' (supported: ", known, ")");
+  }
+  m->store = TensorStore::open_dir(dir);
+  WeightLoader w(*m->store, m->cfg);
+  build(*m, w);
+  return m;
+}
+
+}  // namespace moeflux

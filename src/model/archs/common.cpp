@@ -1,0 +1,59 @@
+// Shared loaders for architecture files.
+#include "model/archs/common.h"
+
+namespace moeflux {
+
+void load_embeddings_and_head(Model& m, const WeightLoader& w) {
+  const ModelConfig& c = m.cfg;
+  m.embed = w.linear("model.embed_tokens", c.vocab_size, c.dim);
+  if (c.tie_embeddings && !w.has("lm_head.weight")) m.lm_head = m.embed;
+  else m.lm_head = w.linear("lm_head", c.vocab_size, c.dim);
+  m.final_norm = w.vec("model.norm.weight", c.dim);
+}
+
+std::unique_ptr<GqaAttention> load_gqa_attention(const WeightLoader& w, const std::string& prefix,
+                                                 bool qk_norm) {
+  const ModelConfig& c = w.config();
+  auto a = std::make_unique<GqaAttention>();
+  a->dim = c.dim;
+  a->n_heads = c.n_heads;
+  a->n_kv_heads = c.n_kv_heads;
+  a->head_dim = c.head_dim;
+  a->norm_eps = float(c.norm_eps);
+  a->wq = w.linear(prefix + ".q_proj", c.n_heads * c.head_dim, c.dim);
+  a->wk = w.linear(prefix + ".k_proj", c.n_kv_heads * c.head_dim, c.dim);
+  a->wv = w.linear(prefix + ".v_proj", c.n_kv_heads * c.head_dim, c.dim);
+  a->wo = w.linear(prefix + ".o_proj", c.dim, c.n_heads * c.head_dim);
+  if (qk_norm) {
+    a->q_norm = w.vec(prefix + ".q_norm.weight", c.head_dim);
+    a->k_norm = w.vec(prefix + ".k_norm.weight", c.head_dim);
+  }
+  a->rope = make_rope_table(c.rope, c.head_dim);
+  return a;
+}
+
+SwiGlu load_swiglu(const WeightLoader& w, const std::string& prefix, int64_t dim, int64_t hidden,
+                   SwiGluNames n) {
+  SwiGlu s;
+  s.gate = w.linear(prefix + "." + n.gate, hidden, dim);
+  s.up = w.linear(prefix + "." + n.up, hidden, dim);
+  s.down = w.linear(prefix + "." + n.down, dim, hidden);
+  return s;
+}
+
+std::vector<SwiGlu> load_experts(const WeightLoader& w, const std::string& moe, int64_t n,
+                                 int64_t dim, int64_t hidden, SwiGluNames names) {
+  auto g = w.expert_linears(moe, names.gate, n, hidden, dim);
+  auto u = w.expert_linears(moe, names.up, n, hidden, dim);
+  auto d = w.expert_linears(moe, names.down, n, dim, hidden);
+  std::vector<SwiGlu> out(static_cast<size_t>(n));
+  for (size_t e = 0; e < size_t(n); ++e) out[e] = SwiGlu{g[e], u[e], d[e]};
+  return out;
+}
+
+void load_layer_norms(Layer& layer, const WeightLoader& w, const std::string& prefix, int64_t dim) {
+  layer.attn_norm = w.vec(prefix + ".input_layernorm.weight", dim);
+  layer.ffn_norm = w.vec(prefix + ".post_attention_layernorm.weight", dim);
+}
+
+}  // namespace moeflux

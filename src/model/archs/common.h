@@ -1,0 +1,37 @@
+// Building blocks shared by architecture files: embeddings / head / final norm, GQA
+// attention, SwiGLU MLPs and expert sets, read through a WeightLoader.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/blocks/attention.h"
+#include "model/blocks/ffn.h"
+#include "model/weight_loader.h"
+
+namespace moeflux {
+
+// model.embed_tokens, lm_head (or the tied embedding), model.norm.
+void load_embeddings_and_head(Model& m, const WeightLoader& w);
+
+// `prefix` e.g. "model.layers.3.self_attn"; q_norm / k_norm read when qk_norm.
+std::unique_ptr<GqaAttention> load_gqa_attention(const WeightLoader& w, const std::string& prefix,
+                                                 bool qk_norm);
+
+struct SwiGluNames {
+  const char* gate = "gate_proj";
+  const char* up = "up_proj";
+  const char* down = "down_proj";
+};
+
+// prefix e.g. "model.layers.1.mlp" -> {prefix}.gate_proj ...
+SwiGlu load_swiglu(const WeightLoader& w, const std::string& prefix, int64_t dim, int64_t hidden,
+                   SwiGluNames names = {});
+
+// n experts under the MoE prefix (per-expert or switch_mlp stacks).
+std::vector<SwiGlu> load_experts(const WeightLoader& w, const std::string& moe, int64_t n,
+                                 int64_t dim, int64_t hidden, SwiGluNames names = {});
+
+// The layer's two RMSNorm weights (input_layernorm, post_attention_layernorm).
+void load_layer_norms(Layer& layer, const WeightLoader& w, const std::string& prefix, int64_t dim);
+
+}  // namespace moeflux

@@ -1,0 +1,65 @@
+// The model: resident weights and the layer structure built by an architecture file.
+// A decoder layer is  x += mixer(norm(x));  x += ffn(norm(x)).  The engine only sees the
+// Mixer / FeedForward interfaces, so new attention kinds (GatedDeltaNet, MLA) and new FFNs
+// slot in without touching it; each Mixer owns the shape of its per-sequence LayerState.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/config.h"
+#include "format/tensor_store.h"
+#include "ops/qweight.h"
+
+namespace moeflux {
+
+// Per-sequence, per-layer state (KV cache, recurrent state, ...).
+class LayerState {
+ public:
+  virtual ~LayerState() = default;
+  virtual void clear() = 0;
+  virtual size_t bytes() const = 0;  // memory held for the sequence so far
+};
+
+// Token mixing: attention of any kind.
+class Mixer {
+ public:
+  virtual ~Mixer() = default;
+  virtual std::unique_ptr<LayerState> make_state() const = 0;
+  // x: (T, dim) normed inputs at positions pos0 .. pos0 + T - 1; out: (T, dim).
+  // Appends the T positions to `st`.
+  virtual void forward(const float* x, int64_t T, int64_t pos0, LayerState& st, float* out) const = 0;
+};
+
+// Channel mixing: dense MLP or mixture of experts.
+class FeedForward {
+ public:
+  virtual ~FeedForward() = default;
+  // x: (T, dim) -> out: (T, dim)
+  virtual void forward(const float* x, int64_t T, float* out) const = 0;
+};
+
+struct Layer {
+  std::vector<float> attn_norm;  // (dim)
+  std::vector<float> ffn_norm;   // (dim)
+  std::unique_ptr<Mixer> mixer;
+  std::unique_ptr<FeedForward> ffn;
+};
+
+struct Model {
+  ModelConfig cfg;
+  std::unique_ptr<TensorStore> store;  // owns the mapped files every QWeight points into
+  QWeight embed;                  // (vocab_size, dim)
+  QWeight lm_head;                // (vocab_size, dim)
+  std::vector<float> final_norm;  // (dim)
+  std::vector<Layer> layers;
+};
+
+// Opens a checkpoint directory (config.json + safetensors), dispatching on model_type.
+std::unique_ptr<Model> load_model(const std::string& dir);
+
+// Architectures the engine knows ("qwen3_moe", "mixtral", ...).
+std::vector<std::string> supported_architectures();
+
+}  // namespace moeflux

@@ -1,0 +1,47 @@
+// Helpers shared by the tests: where the test data lives, golden files, error metrics.
+#pragma once
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+
+namespace moeflux::test {
+
+// tests/data (set by CMake), so tests run from any directory of a fresh clone.
+std::string data_dir();
+std::string fixture_dir(const std::string& name);  // e.g. "qwen3_moe/q4"
+
+// All tensors of a small safetensors file, as f32 (float dtypes) or int32 (integer dtypes).
+struct Golden {
+  std::map<std::string, std::vector<float>> f32;
+  std::map<std::string, std::vector<int32_t>> i32;
+  std::map<std::string, std::vector<int64_t>> shape;
+};
+Golden load_golden(const std::string& path);
+
+// ||a - b|| / ||b||
+double rel_l2(const float* a, const float* b, size_t n);
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() ? rel_l2(a.data(), b.data(), a.size()) : INFINITY;
+}
+
+// A fresh empty directory under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Path of the built moeflux executable (set by CMake).
+std::string moeflux_exe();
+// Runs a shell command, returns its exit status; stdout+stderr captured into *output.
+int run_command(const std::string& cmd, std::string* output = nullptr);
+
+}  // namespace moeflux::test
