@@ -107,6 +107,16 @@ TEST_P(FixtureTest, LogitsCommand) {
   EXPECT_EQ(test::load_golden(tmp.file("g.safetensors")).i32.at("generated"), g.i32.at("gen_ids"));
 }
 
+// The shipped demo model against transformers on the same (dequantised 4-bit) weights.
+TEST(DemoModel, MatchesTransformers) {
+  auto model = load_model(std::string(MOEFLUX_SOURCE_DIR) + "/models/demo-qwen3-moe-q4");
+  auto g = test::load_golden(test::data_dir() + "/demo/golden.safetensors");
+  Session s(*model);
+  EXPECT_LE(test::rel_l2(s.forward(g.i32.at("input_ids")), g.f32.at("logits")), kTol);
+  const auto& want = g.i32.at("gen_ids");
+  EXPECT_EQ(greedy_generate(s, g.i32.at("gen_prompt"), int(want.size())), want);
+}
+
 std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
   std::string n = info.param;
   for (auto& c : n)
