@@ -1,0 +1,46 @@
+// Token sampling: repetition / presence / frequency penalties, temperature, top-k, top-p,
+// min-p, seeded. Order: penalties -> (temperature 0: argmax) -> temperature -> top-k ->
+// top-p -> min-p -> draw. The generator is a fixed mt19937_64 with our own uniform mapping,
+// so the same seed gives the same tokens on every platform.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace moeflux {
+
+struct SamplingParams {
+  float temperature = 0.8f;        // 0: greedy
+  int top_k = 40;                  // 0: off
+  float top_p = 0.95f;             // 1: off; in (0, 1]
+  float min_p = 0.05f;             // 0: off; in [0, 1]
+  float repeat_penalty = 1.0f;     // 1: off; > 0 (CTRL / transformers style)
+  float presence_penalty = 0.0f;   // OpenAI style
+  float frequency_penalty = 0.0f;  // OpenAI style
+  int penalty_last_n = 64;         // tokens of history the penalties look at (-1: all)
+  uint64_t seed = 0;
+
+  // Error naming the parameter when a value is out of range.
+  void validate() const;
+  static SamplingParams greedy();
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& p);
+  // Picks the next token from logits (modified in place) given the tokens so far.
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  double uniform();  // [0, 1)
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+};
+
+// Penalties alone (exposed for tests): in place on logits.
+void apply_penalties(std::span<float> logits, std::span<const int32_t> history, const SamplingParams& p);
+
+}  // namespace moeflux
