@@ -111,6 +111,9 @@ std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Qwen3Moe, FixtureTest, ::testing::Values("qwen3_moe", "qwen3_moe/q4"), name_of);
 INSTANTIATE_TEST_SUITE_P(Mixtral, FixtureTest, ::testing::Values("mixtral", "mixtral/q4"), name_of);
+INSTANTIATE_TEST_SUITE_P(Qwen3Next, FixtureTest, ::testing::Values("qwen3_next", "qwen3_next/q4"), name_of);
+INSTANTIATE_TEST_SUITE_P(Qwen35MoeText, FixtureTest, ::testing::Values("qwen3_5_moe_text", "qwen3_5_moe_text/q4"),
+                         name_of);
 
 }  // namespace
 }  // namespace moeflux
