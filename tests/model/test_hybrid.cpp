@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -49,7 +50,8 @@ class HybridTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(HybridTest, BadConfigsNameTheField) {
   expect_load_error([](json& c) { c["layer_types"].erase(0); }, "layer_types has 3 entries but num_hidden_layers is 4");
-  expect_load_error([](json& c) { c["layer_types"][1] = "sliding_attention"; }, "layer_types[1] is 'sliding_attention'");
+  expect_load_error([](json& c) { c["layer_types"][1] = "sliding_attention"; },
+                    "layer_types[1] is 'sliding_attention'");
   expect_load_error([](json& c) { c["linear_num_value_heads"] = 3; },
                     "linear_num_value_heads (3) is not a multiple of linear_num_key_heads (2)");
   expect_load_error([](json& c) { c["linear_conv_kernel_dim"] = 0; },
