@@ -14,12 +14,23 @@
 
 namespace moeflux {
 
+// One named f32 buffer of a LayerState. `grows`: its length follows the sequence (a KV
+// cache); otherwise it has a fixed size set by the Mixer (a recurrent or conv state).
+struct StateBuffer {
+  const char* name;
+  std::vector<float>* data;
+  bool grows;
+};
+
 // Per-sequence, per-layer state (KV cache, recurrent state, ...).
 class LayerState {
  public:
   virtual ~LayerState() = default;
   virtual void clear() = 0;
   virtual size_t bytes() const = 0;  // memory held for the sequence so far
+  // The whole state as f32 buffers, so that a session can be saved and restored: restoring
+  // resizes each growing buffer to the saved length and copies the values back.
+  virtual std::vector<StateBuffer> buffers() = 0;
 };
 
 // Token mixing: attention of any kind.

@@ -126,11 +126,15 @@ std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Qwen3Moe, FixtureTest, ::testing::Values("qwen3_moe", "qwen3_moe/q4"), name_of);
 INSTANTIATE_TEST_SUITE_P(Mixtral, FixtureTest, ::testing::Values("mixtral", "mixtral/q4"), name_of);
+INSTANTIATE_TEST_SUITE_P(Qwen3Next, FixtureTest, ::testing::Values("qwen3_next", "qwen3_next/q4"), name_of);
+INSTANTIATE_TEST_SUITE_P(Qwen35MoeText, FixtureTest, ::testing::Values("qwen3_5_moe_text", "qwen3_5_moe_text/q4"),
+                         name_of);
 // Other shapes and seed (variants.json): tied embeddings, no renormalisation, other head
 // ratios, dense first/last layers, a mixtral sliding window shorter than golden_long.
 INSTANTIATE_TEST_SUITE_P(Variants, FixtureTest,
                          ::testing::Values("variants/qwen3_moe", "variants/qwen3_moe/q4", "variants/mixtral",
-                                           "variants/mixtral/q4"),
+                                           "variants/mixtral/q4", "variants/qwen3_next/q4",
+                                           "variants/qwen3_5_moe_text", "variants/qwen3_5_moe_text/q4"),
                          name_of);
 
 }  // namespace

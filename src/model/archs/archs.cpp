@@ -11,6 +11,8 @@ namespace {
 const std::pair<const char*, ArchBuilder> kArchs[] = {
     {"qwen3_moe", build_qwen3_moe},
     {"mixtral", build_mixtral},
+    {"qwen3_next", build_qwen3_next},
+    {"qwen3_5_moe_text", build_qwen3_5_moe_text},
 };
 }  // namespace
 

@@ -10,6 +10,8 @@ using ArchBuilder = void (*)(Model& m, const WeightLoader& w);
 
 void build_qwen3_moe(Model& m, const WeightLoader& w);
 void build_mixtral(Model& m, const WeightLoader& w);
+void build_qwen3_next(Model& m, const WeightLoader& w);
+void build_qwen3_5_moe_text(Model& m, const WeightLoader& w);
 
 // nullptr when unknown.
 ArchBuilder find_arch(const std::string& model_type);

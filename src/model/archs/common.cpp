@@ -12,7 +12,7 @@ void load_embeddings_and_head(Model& m, const WeightLoader& w) {
 }
 
 std::unique_ptr<GqaAttention> load_gqa_attention(const WeightLoader& w, const std::string& prefix,
-                                                 bool qk_norm) {
+                                                 bool qk_norm, bool gated) {
   const ModelConfig& c = w.config();
   auto a = std::make_unique<GqaAttention>();
   a->dim = c.dim;
@@ -20,7 +20,8 @@ std::unique_ptr<GqaAttention> load_gqa_attention(const WeightLoader& w, const st
   a->n_kv_heads = c.n_kv_heads;
   a->head_dim = c.head_dim;
   a->norm_eps = float(c.norm_eps);
-  a->wq = w.linear(prefix + ".q_proj", c.n_heads * c.head_dim, c.dim);
+  a->gated = gated;
+  a->wq = w.linear(prefix + ".q_proj", c.n_heads * c.head_dim * (gated ? 2 : 1), c.dim);
   a->wk = w.linear(prefix + ".k_proj", c.n_kv_heads * c.head_dim, c.dim);
   a->wv = w.linear(prefix + ".v_proj", c.n_kv_heads * c.head_dim, c.dim);
   a->wo = w.linear(prefix + ".o_proj", c.dim, c.n_heads * c.head_dim);

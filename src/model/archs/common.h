@@ -13,9 +13,10 @@ namespace moeflux {
 // model.embed_tokens, lm_head (or the tied embedding), model.norm.
 void load_embeddings_and_head(Model& m, const WeightLoader& w);
 
-// `prefix` e.g. "model.layers.3.self_attn"; q_norm / k_norm read when qk_norm.
+// `prefix` e.g. "model.layers.3.self_attn"; q_norm / k_norm read when qk_norm; `gated`: q_proj
+// carries the output gate too (GqaAttention::gated).
 std::unique_ptr<GqaAttention> load_gqa_attention(const WeightLoader& w, const std::string& prefix,
-                                                 bool qk_norm);
+                                                 bool qk_norm, bool gated = false);
 
 struct SwiGluNames {
   const char* gate = "gate_proj";

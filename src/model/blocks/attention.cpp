@@ -7,17 +7,24 @@ namespace moeflux {
 
 void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& st, float* out) const {
   auto& kv = static_cast<KvCache&>(st);
-  const int64_t qd = n_heads * head_dim, kd = n_kv_heads * head_dim;
-  std::vector<float> q(static_cast<size_t>(T * qd)), att(static_cast<size_t>(qd));
-  kv.k.resize(size_t((kv.len + T) * kd));
-  kv.v.resize(size_t((kv.len + T) * kd));
+  const int64_t qd = n_heads * head_dim, kd = n_kv_heads * head_dim, len0 = kv.len();
+  const int64_t qrow = gated ? 2 * head_dim : head_dim;  // per head: query [, gate]
+  std::vector<float> qg(static_cast<size_t>(n_heads * qrow)), q(static_cast<size_t>(T * qd)),
+      gate(gated ? static_cast<size_t>(T * qd) : 0), att(static_cast<size_t>(qd));
+  kv.k.resize(size_t((len0 + T) * kd));
+  kv.v.resize(size_t((len0 + T) * kd));
   // Project and rotate all T tokens first, then attend: token t sees positions <= pos0 + t.
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * dim;
     float* qt = q.data() + t * qd;
-    float* kt = kv.k.data() + (kv.len + t) * kd;
-    float* vt = kv.v.data() + (kv.len + t) * kd;
-    matvec_ref(wq, xt, qt);
+    float* kt = kv.k.data() + (len0 + t) * kd;
+    float* vt = kv.v.data() + (len0 + t) * kd;
+    matvec_ref(wq, xt, qg.data());
+    for (int64_t h = 0; h < n_heads; ++h)
+      for (int64_t d = 0; d < head_dim; ++d) {
+        qt[h * head_dim + d] = qg[size_t(h * qrow + d)];
+        if (gated) gate[size_t(t * qd + h * head_dim + d)] = qg[size_t(h * qrow + head_dim + d)];
+      }
     matvec_ref(wk, xt, kt);
     matvec_ref(wv, xt, vt);
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -31,13 +38,14 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   }
   const float scale = 1.0f / std::sqrt(float(head_dim));
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t n_ctx = kv.len + t + 1;
+    const int64_t n_ctx = len0 + t + 1;
     const int64_t first = window > 0 && n_ctx > window ? n_ctx - window : 0;
     attention_ref(q.data() + t * qd, kv.k.data() + first * kd, kv.v.data() + first * kd, n_ctx - first,
                   n_heads, n_kv_heads, head_dim, head_dim, scale, att.data());
+    if (gated)
+      for (int64_t i = 0; i < qd; ++i) att[size_t(i)] *= 1.0f / (1.0f + std::exp(-gate[size_t(t * qd + i)]));
     matvec_ref(wo, att.data(), out + t * dim);
   }
-  kv.len += T;
 }
 
 }  // namespace moeflux

@@ -1,0 +1,60 @@
+// GatedDeltaNet forward over its recurrent state (reference path, one token at a time).
+#include "model/blocks/gated_delta_net.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/ref/linear_attn.h"
+#include "ops/ref/ref.h"
+
+namespace moeflux {
+
+namespace {
+// transformers (and the FLA kernels it mirrors) L2-normalise q and k with this fixed epsilon.
+constexpr float kL2NormEps = 1e-6f;
+}  // namespace
+
+void GdnState::clear() {
+  std::fill(conv.begin(), conv.end(), 0.0f);
+  std::fill(recurrent.begin(), recurrent.end(), 0.0f);
+}
+
+void GatedDeltaNet::forward(const float* x, int64_t T, int64_t /*pos0*/, LayerState& st, float* out) const {
+  auto& s = static_cast<GdnState&>(st);
+  const int64_t cd = conv_dim(), kd = key_dim(), vd = value_dim(), group = n_v_heads / n_k_heads;
+  std::vector<float> proj(static_cast<size_t>(proj_dim())), tmp, mixed(static_cast<size_t>(cd)),
+      o(static_cast<size_t>(vd));
+  const float* z = proj.data() + cd;
+  const float* b = z + vd;
+  const float* a = b + n_v_heads;
+  float* q = mixed.data();
+  float* k = q + kd;
+  const float* v = k + kd;
+  const float q_scale = 1.0f / std::sqrt(float(k_dim));
+  for (int64_t t = 0; t < T; ++t) {
+    for (const auto& p : in_proj) {
+      tmp.resize(size_t(p.w.rows));
+      matvec_ref(p.w, x + t * dim, tmp.data());
+      for (size_t r = 0; r < tmp.size(); ++r) proj[size_t(p.dst[r])] = tmp[r];
+    }
+    causal_conv1d_step_ref(proj.data(), conv_w.data(), cd, conv_kernel, s.conv.data(), mixed.data());
+    for (auto& m : mixed) m = silu_ref(m);
+    for (int64_t h = 0; h < n_k_heads; ++h) {
+      l2norm_ref(q + h * k_dim, k_dim, kL2NormEps, q + h * k_dim);
+      l2norm_ref(k + h * k_dim, k_dim, kL2NormEps, k + h * k_dim);
+      for (int64_t i = 0; i < k_dim; ++i) q[h * k_dim + i] *= q_scale;
+    }
+    for (int64_t h = 0; h < n_v_heads; ++h) {
+      const int64_t kh = h / group;  // consecutive value heads share a key head
+      const float g = -std::exp(A_log[size_t(h)]) * softplus_ref(a[h] + dt_bias[size_t(h)]);
+      const float beta = 1.0f / (1.0f + std::exp(-b[h]));
+      float* oh = o.data() + h * v_dim;
+      gated_delta_step_ref(s.recurrent.data() + h * k_dim * v_dim, q + kh * k_dim, k + kh * k_dim, v + h * v_dim,
+                           g, beta, k_dim, v_dim, oh);
+      rmsnorm_gated_ref(oh, z + h * v_dim, norm.data(), v_dim, norm_eps, oh);
+    }
+    matvec_ref(out_proj, o.data(), out + t * dim);
+  }
+}
+
+}  // namespace moeflux
