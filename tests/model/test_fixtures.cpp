@@ -111,6 +111,8 @@ std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Qwen3Moe, FixtureTest, ::testing::Values("qwen3_moe", "qwen3_moe/q4"), name_of);
 INSTANTIATE_TEST_SUITE_P(Mixtral, FixtureTest, ::testing::Values("mixtral", "mixtral/q4"), name_of);
+INSTANTIATE_TEST_SUITE_P(DeepseekV3, FixtureTest,
+                         ::testing::Values("deepseek_v3", "deepseek_v3/q4", "deepseek_v3/fp8"), name_of);
 
 }  // namespace
 }  // namespace moeflux

@@ -11,6 +11,7 @@ namespace {
 const std::pair<const char*, ArchBuilder> kArchs[] = {
     {"qwen3_moe", build_qwen3_moe},
     {"mixtral", build_mixtral},
+    {"deepseek_v3", build_deepseek_v3},
 };
 }  // namespace
 

@@ -10,6 +10,7 @@ using ArchBuilder = void (*)(Model& m, const WeightLoader& w);
 
 void build_qwen3_moe(Model& m, const WeightLoader& w);
 void build_mixtral(Model& m, const WeightLoader& w);
+void build_deepseek_v3(Model& m, const WeightLoader& w);
 
 // nullptr when unknown.
 ArchBuilder find_arch(const std::string& model_type);
