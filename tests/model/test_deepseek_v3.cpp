@@ -155,6 +155,31 @@ TEST(DeepseekV3, Q4RouterGateStaysBf16) {
   EXPECT_EQ(mla->wkv_b.format, WFormat::Affine);
 }
 
+// transformers' DeepseekV3Attention: scaling = qk_head_dim^-0.5 * mscale^2 with
+// mscale = 0.1 * mscale_all_dim * ln(factor) + 1; no correction without mscale_all_dim.
+TEST(DeepseekV3, SoftmaxScaleCarriesYarnMscale) {
+  const std::string dir = test::fixture_dir("deepseek_v3");
+  std::ifstream f(dir + "/config.json");
+  const auto j = nlohmann::json::parse(f);
+  const double qk = double(j["qk_nope_head_dim"]) + double(j["qk_rope_head_dim"]);
+  const double factor = j["rope_parameters"]["factor"], all_dim = j["rope_parameters"]["mscale_all_dim"];
+  const double m = 0.1 * all_dim * std::log(factor) + 1.0;
+  auto model = load_model(dir);
+  for (const auto& l : model->layers) {
+    const auto* a = dynamic_cast<const MlaAttention*>(l.mixer.get());
+    ASSERT_NE(a, nullptr);
+    EXPECT_NEAR(a->scale, m * m / std::sqrt(qk), 1e-6);
+  }
+  test::TempDir tmp;
+  fs::create_directories(tmp.file("m"));
+  fs::copy_file(dir + "/model.safetensors", tmp.file("m/model.safetensors"));
+  auto j2 = j;
+  j2["rope_parameters"].erase("mscale_all_dim");
+  std::ofstream(tmp.file("m/config.json")) << j2.dump();
+  auto plain = load_model(tmp.file("m"));
+  EXPECT_NEAR(dynamic_cast<const MlaAttention*>(plain->layers[0].mixer.get())->scale, 1.0 / std::sqrt(qk), 1e-7);
+}
+
 // --- Checkpoints rewritten from the fixture (f32 tensors) for variants and bad configs. ---
 
 struct Checkpoint {
