@@ -260,6 +260,46 @@ TEST(DeepseekV3, QProjVariantMatchesEquivalentLora) {
   }
 }
 
+// rope_interleave = true (the fixture) means: take the rope dims of q and k_pe as pairs
+// (x_2i, x_2i+1). Permuting those projection rows to (evens, odds) and turning the flag off must
+// give the same model.
+TEST(DeepseekV3, RopeInterleaveEqualsPermutedRows) {
+  Checkpoint base = read_fixture("deepseek_v3");
+  ASSERT_TRUE(base.config["rope_interleave"].get<bool>());
+  const int64_t H = base.config["num_attention_heads"], L = base.config["num_hidden_layers"];
+  const int64_t nope = base.config["qk_nope_head_dim"], P = base.config["qk_rope_head_dim"];
+  const int64_t R = base.config["kv_lora_rank"];
+  Checkpoint flat = base;
+  flat.config["rope_interleave"] = false;
+  auto permute_rows = [&](std::vector<float>& w, int64_t cols, int64_t r0) {
+    const std::vector<float> old = w;
+    for (int64_t i = 0; i < P; ++i) {
+      const int64_t src = r0 + (i < P / 2 ? 2 * i : 2 * (i - P / 2) + 1);
+      std::copy_n(old.begin() + src * cols, cols, w.begin() + (r0 + i) * cols);
+    }
+  };
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    auto& qb = flat.t[p + "q_b_proj.weight"];
+    const int64_t qcols = flat.shape[p + "q_b_proj.weight"][1];
+    for (int64_t h = 0; h < H; ++h) permute_rows(qb, qcols, h * (nope + P) + nope);
+    permute_rows(flat.t[p + "kv_a_proj_with_mqa.weight"], flat.shape[p + "kv_a_proj_with_mqa.weight"][1], R);
+  }
+  test::TempDir tmp;
+  flat.write(tmp.file("flat"));
+  auto model = load_model(tmp.file("flat"));
+  auto g = test::load_golden(test::fixture_dir("deepseek_v3") + "/golden.safetensors");
+  Session s(*model);
+  EXPECT_LE(test::rel_l2(s.forward(g.i32.at("input_ids")), g.f32.at("logits")), kTol);
+  // And the permutation matters: the unpermuted rows with the flag off are another model.
+  Checkpoint wrong = base;
+  wrong.config["rope_interleave"] = false;
+  wrong.write(tmp.file("wrong"));
+  auto mw = load_model(tmp.file("wrong"));
+  Session sw(*mw);
+  EXPECT_GT(test::rel_l2(sw.forward(g.i32.at("input_ids")), g.f32.at("logits")), 1e-3);
+}
+
 // A config edit that must be refused with moeflux::Error naming `needle`.
 void expect_config_error(const std::function<void(nlohmann::json&)>& edit, const std::string& needle) {
   test::TempDir tmp;
