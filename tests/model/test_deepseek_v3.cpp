@@ -226,8 +226,8 @@ TEST(DeepseekV3, QProjVariantMatchesEquivalentLora) {
     for (auto& v : q) v = nd(rng);
     for (Checkpoint* c : {&plain, &lora}) {
       c->t[p + ".input_layernorm.weight"].assign(static_cast<size_t>(dim), 1.0f);
-      for (const char* n : {".self_attn.q_a_proj.weight", ".self_attn.q_a_layernorm.weight", ".self_attn.q_b_proj.weight"})
-        c->t.erase(p + n), c->shape.erase(p + n);
+      for (const char* n : {".q_a_proj.weight", ".q_a_layernorm.weight", ".q_b_proj.weight"})
+        c->t.erase(p + ".self_attn" + n), c->shape.erase(p + ".self_attn" + n);
     }
     plain.t[p + ".self_attn.q_proj.weight"] = q;
     plain.shape[p + ".self_attn.q_proj.weight"] = {H * qk, dim};

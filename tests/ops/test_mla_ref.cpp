@@ -95,7 +95,8 @@ TEST(MlaRef, AbsorbedEqualsExpandedAttention) {
       double s = 0;
       for (int64_t d = 0; d < nope; ++d) {
         double k = 0;
-        for (int64_t j = 0; j < rank; ++j) k += double(wkvb[size_t((h * kvd + d) * rank + j)]) * c[size_t(t * rank + j)];
+        for (int64_t j = 0; j < rank; ++j)
+          k += double(wkvb[size_t((h * kvd + d) * rank + j)]) * c[size_t(t * rank + j)];
         s += qn[size_t(h * nope + d)] * k;
       }
       for (int64_t d = 0; d < P; ++d) s += double(qp[size_t(h * P + d)]) * kpe[size_t(t * P + d)];

@@ -66,19 +66,18 @@ TEST(RopeYarn, TableMatchesFormula) {
 }
 
 TEST(RopeYarn, AttentionFactorSources) {
-  const std::string head = R"({"rope_type":"yarn","factor":40,"original_max_position_embeddings":4096)";
+  auto attn = [](const std::string& extra) {
+    const std::string head = R"({"rope_type":"yarn","factor":40,"original_max_position_embeddings":4096)";
+    return make_rope_table(parse_rope_json(head + extra + "}").rope, 16).attn_factor;
+  };
   // Explicit attention_factor wins.
-  EXPECT_FLOAT_EQ(make_rope_table(parse_rope_json(head + R"(,"attention_factor":1.3,"mscale":1,"mscale_all_dim":1})").rope, 16).attn_factor,
-                  1.3f);
+  EXPECT_FLOAT_EQ(attn(R"(,"attention_factor":1.3,"mscale":1,"mscale_all_dim":1)"), 1.3f);
   // Both mscale and mscale_all_dim: their ratio (DeepSeek-V3 sets both to 1: no cos/sin scaling).
-  EXPECT_NEAR(make_rope_table(parse_rope_json(head + R"(,"mscale":1.0,"mscale_all_dim":0.707})").rope, 16).attn_factor,
-              mscale(40, 1.0) / mscale(40, 0.707), 1e-6);
-  EXPECT_FLOAT_EQ(make_rope_table(parse_rope_json(head + R"(,"mscale":1.0,"mscale_all_dim":1.0})").rope, 16).attn_factor,
-                  1.0f);
+  EXPECT_NEAR(attn(R"(,"mscale":1.0,"mscale_all_dim":0.707)"), mscale(40, 1.0) / mscale(40, 0.707), 1e-6);
+  EXPECT_FLOAT_EQ(attn(R"(,"mscale":1.0,"mscale_all_dim":1.0)"), 1.0f);
   // Only mscale_all_dim (mscale absent is falsy in transformers): the default 0.1 ln(factor) + 1.
-  EXPECT_NEAR(make_rope_table(parse_rope_json(head + R"(,"mscale_all_dim":1.0})").rope, 16).attn_factor, mscale(40, 1.0),
-              1e-6);
-  EXPECT_NEAR(make_rope_table(parse_rope_json(head + "}").rope, 16).attn_factor, mscale(40, 1.0), 1e-6);
+  EXPECT_NEAR(attn(R"(,"mscale_all_dim":1.0)"), mscale(40, 1.0), 1e-6);
+  EXPECT_NEAR(attn(""), mscale(40, 1.0), 1e-6);
 }
 
 TEST(RopeYarn, ConfigDefaults) {

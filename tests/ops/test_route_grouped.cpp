@@ -42,7 +42,7 @@ void check_against_brute_force(const GroupedRouteParams& p, uint32_t seed) {
   route_sigmoid_grouped_ref(logits.data(), bias.data(), p, ids.data(), w.data());
 
   std::vector<double> s(static_cast<size_t>(n)), choice(static_cast<size_t>(n));
-  for (int e = 0; e < n; ++e) s[size_t(e)] = sigmoid(logits[size_t(e)]), choice[size_t(e)] = s[size_t(e)] + bias[size_t(e)];
+  for (size_t e = 0; e < size_t(n); ++e) s[e] = sigmoid(logits[e]), choice[e] = s[e] + bias[e];
   std::vector<double> gscore(static_cast<size_t>(p.n_group), -1e300);
   for (int g = 0; g < int(p.n_group); ++g)
     for (int i = 0; i < per; ++i)
