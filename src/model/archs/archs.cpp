@@ -12,6 +12,7 @@ const std::pair<const char*, ArchBuilder> kArchs[] = {
     {"qwen3_moe", build_qwen3_moe},
     {"mixtral", build_mixtral},
     {"deepseek_v3", build_deepseek_v3},
+    {"kimi_k2", build_deepseek_v3},  // Kimi-K2: DeepseekV3ForCausalLM under its own model_type
 };
 }  // namespace
 
