@@ -1,6 +1,6 @@
 // `moeflux logits`: dump f32 logits (and optionally greedy tokens) for a list of token ids,
 // for verifying a model against a reference. --decode feeds the ids one at a time through
-// the cache instead of one prefill.
+// the cache instead of one prefill; --mla picks the attention path of MLA models (DeepSeek-V3).
 #include <chrono>
 #include <cstdio>
 
@@ -10,13 +10,14 @@
 #include "engine/generate.h"
 #include "engine/session.h"
 #include "format/safetensors.h"
+#include "model/blocks/mla.h"
 #include "model/model.h"
 
 namespace moeflux::cli {
 
 namespace {
 struct LogitsArgs {
-  std::string model, ids, out;
+  std::string model, ids, out, mla = "absorbed";
   bool decode = false;
   int generate = 0;
 };
@@ -29,12 +30,15 @@ Runner register_logits(CLI::App& app) {
   sub->add_option("--ids", a->ids, "Comma-separated token ids, e.g. 1,2,3")->required();
   sub->add_option("--out", a->out, "Output .safetensors (f32 'logits' [T, vocab], int32 'generated' [N])")->required();
   sub->add_flag("--decode", a->decode, "Feed the ids one by one through the cache instead of one prefill");
+  sub->add_option("--mla", a->mla, "MLA attention path: absorbed (latent-space, default) or naive (expanded k/v)")
+      ->check(CLI::IsMember({"naive", "absorbed"}));
   sub->add_option("--generate", a->generate, "Also greedily generate N tokens after the ids")
       ->check(CLI::Range(0, 1 << 20));
   return [a]() {
     const auto ids = parse_id_list(a->ids, "--ids");
     auto t0 = std::chrono::steady_clock::now();
     auto model = load_model(a->model);
+    set_mla_path(*model, parse_mla_path(a->mla, "--mla"));
     Session s(*model);
     const int64_t V = model->cfg.vocab_size;
     std::vector<float> logits;

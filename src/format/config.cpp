@@ -128,7 +128,7 @@ QuantConfig parse_quant(const json& raw, const std::string& what) {
   return q;
 }
 
-RopeConfig parse_rope(const json& raw, const std::string& what) {
+RopeConfig parse_rope(const json& raw, const std::string& what, int64_t max_seq_len) {
   RopeConfig r;
   const json* p = nullptr;
   if (auto it = raw.find("rope_parameters"); it != raw.end() && it->is_object()) p = &*it;
@@ -144,12 +144,23 @@ RopeConfig parse_rope(const json& raw, const std::string& what) {
   r.type = m.get_string("rope_type", m.get_string("type", "default"));
   r.partial_rotary_factor = m.get_float("partial_rotary_factor", 1.0);
   r.factor = m.get_float("factor", 1.0);
-  r.beta_fast = m.get_float("beta_fast", 32.0);
-  r.beta_slow = m.get_float("beta_slow", 1.0);
-  r.mscale = m.get_float("mscale", 1.0);
+  // transformers reads `beta_fast or 32`, `beta_slow or 1`: 0 means the default too.
+  r.beta_fast = m.get_float("beta_fast", 0.0);
+  r.beta_slow = m.get_float("beta_slow", 0.0);
+  if (r.beta_fast == 0.0) r.beta_fast = 32.0;
+  if (r.beta_slow == 0.0) r.beta_slow = 1.0;
+  r.mscale = m.get_float("mscale", 0.0);
   r.mscale_all_dim = m.get_float("mscale_all_dim", 0.0);
   r.original_max_position_embeddings = m.get_int("original_max_position_embeddings", 0);
   r.attention_factor = m.get_float("attention_factor", 0.0);
+  r.truncate = m.get_bool("truncate", true);
+  if (r.type == "yarn") {
+    if (r.original_max_position_embeddings == 0) r.original_max_position_embeddings = max_seq_len;
+    if (r.original_max_position_embeddings <= 0)
+      fail(what, ": rope original_max_position_embeddings must be positive");
+    if (!m.has("factor")) r.factor = double(max_seq_len) / double(r.original_max_position_embeddings);
+  }
+  if (!(r.factor > 0.0)) fail(what, ": rope factor must be positive");
   if (r.theta <= 0) fail(what, ": rope_theta must be positive");
   if (r.partial_rotary_factor <= 0 || r.partial_rotary_factor > 1)
     fail(what, ": partial_rotary_factor must be in (0, 1]");
@@ -188,7 +199,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& what)
     if (e.is_number_integer()) c.eos_token_ids.push_back(e.get<int64_t>());
     else c.eos_token_ids = r.get_int_list("eos_token_id");
   }
-  c.rope = parse_rope(c.raw, what);
+  c.rope = parse_rope(c.raw, what, c.max_seq_len);
   c.quant = parse_quant(c.raw, what);
   return c;
 }

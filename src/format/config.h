@@ -37,10 +37,13 @@ struct RopeConfig {
   double theta = 10000.0;
   double partial_rotary_factor = 1.0;
   double factor = 1.0;
-  // YaRN
-  double beta_fast = 32.0, beta_slow = 1.0, mscale = 1.0, mscale_all_dim = 0.0;
+  // YaRN (transformers 5 _compute_yarn_parameters). `factor` defaults to
+  // max_position_embeddings / original_max_position_embeddings, which defaults to
+  // max_position_embeddings. mscale / mscale_all_dim 0: absent.
+  double beta_fast = 32.0, beta_slow = 1.0, mscale = 0.0, mscale_all_dim = 0.0;
   int64_t original_max_position_embeddings = 0;
   double attention_factor = 0.0;  // 0: derived
+  bool truncate = true;           // floor / ceil the correction range
 };
 
 // One module's quantisation. bits == 0: not quantised (plain float weights).

@@ -2,6 +2,7 @@
 #include "ops/qweight.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -67,11 +68,18 @@ void dequant_row_ref(const QWeight& w, int64_t r, float* out) {
       return;
     }
     case WFormat::Fp8Block: {
+      // Decode table of the 256 e4m3 bytes: the per-element ldexp dominated FP8 matvecs.
+      static const std::array<float, 256> kE4m3 = [] {
+        std::array<float, 256> t{};
+        for (int b = 0; b < 256; ++b) t[size_t(b)] = f8e4m3_to_f32(uint8_t(b));
+        return t;
+      }();
       const int64_t nbc = (w.cols + w.block_cols - 1) / w.block_cols;
       const int64_t br = r / w.block_rows;
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const float s = load_f32(w.sdtype, w.block_scales, size_t(br * nbc + c / w.block_cols));
-        out[c] = f8e4m3_to_f32(row[c]) * s;
+      for (int64_t bc = 0; bc < nbc; ++bc) {
+        const float s = load_f32(w.sdtype, w.block_scales, size_t(br * nbc + bc));
+        const int64_t end = std::min(w.cols, (bc + 1) * w.block_cols);
+        for (int64_t c = bc * w.block_cols; c < end; ++c) out[c] = kE4m3[row[c]] * s;
       }
       return;
     }

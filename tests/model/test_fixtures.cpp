@@ -126,6 +126,8 @@ std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Qwen3Moe, FixtureTest, ::testing::Values("qwen3_moe", "qwen3_moe/q4"), name_of);
 INSTANTIATE_TEST_SUITE_P(Mixtral, FixtureTest, ::testing::Values("mixtral", "mixtral/q4"), name_of);
+INSTANTIATE_TEST_SUITE_P(DeepseekV3, FixtureTest,
+                         ::testing::Values("deepseek_v3", "deepseek_v3/q4", "deepseek_v3/fp8"), name_of);
 INSTANTIATE_TEST_SUITE_P(Qwen3Next, FixtureTest, ::testing::Values("qwen3_next", "qwen3_next/q4"), name_of);
 INSTANTIATE_TEST_SUITE_P(Qwen35MoeText, FixtureTest, ::testing::Values("qwen3_5_moe_text", "qwen3_5_moe_text/q4"),
                          name_of);
@@ -134,7 +136,9 @@ INSTANTIATE_TEST_SUITE_P(Qwen35MoeText, FixtureTest, ::testing::Values("qwen3_5_
 INSTANTIATE_TEST_SUITE_P(Variants, FixtureTest,
                          ::testing::Values("variants/qwen3_moe", "variants/qwen3_moe/q4", "variants/mixtral",
                                            "variants/mixtral/q4", "variants/qwen3_next/q4",
-                                           "variants/qwen3_5_moe_text", "variants/qwen3_5_moe_text/q4"),
+                                           "variants/qwen3_5_moe_text", "variants/qwen3_5_moe_text/q4",
+                                           "variants/deepseek_v3", "variants/deepseek_v3/q4",
+                                           "variants/deepseek_v3/fp8"),
                          name_of);
 
 }  // namespace

@@ -13,6 +13,8 @@ const std::pair<const char*, ArchBuilder> kArchs[] = {
     {"mixtral", build_mixtral},
     {"qwen3_next", build_qwen3_next},
     {"qwen3_5_moe_text", build_qwen3_5_moe_text},
+    {"deepseek_v3", build_deepseek_v3},
+    {"kimi_k2", build_deepseek_v3},  // Kimi-K2: DeepseekV3ForCausalLM under its own model_type
 };
 }  // namespace
 

@@ -12,6 +12,7 @@ void build_qwen3_moe(Model& m, const WeightLoader& w);
 void build_mixtral(Model& m, const WeightLoader& w);
 void build_qwen3_next(Model& m, const WeightLoader& w);
 void build_qwen3_5_moe_text(Model& m, const WeightLoader& w);
+void build_deepseek_v3(Model& m, const WeightLoader& w);
 
 // nullptr when unknown.
 ArchBuilder find_arch(const std::string& model_type);

@@ -1,5 +1,7 @@
-// Reference RoPE: frequency tables (default, linear, YaRN as in transformers'
-// _compute_yarn_parameters) and rotate-half application.
+// Reference RoPE: frequency tables (default, linear, YaRN as in transformers 5's
+// _compute_yarn_parameters: attention_factor, else mscale / mscale_all_dim ratio when both are
+// set, else 0.1 ln(factor) + 1; inv_freq blended over the beta_fast..beta_slow correction range)
+// and rotate-half application.
 #include <algorithm>
 #include <cmath>
 
@@ -37,8 +39,9 @@ RopeTable make_rope_table(const RopeConfig& cfg, int64_t head_dim) {
     else t.attn_factor = float(yarn_get_mscale(factor, 1.0));
     const double orig = double(cfg.original_max_position_embeddings);
     MF_ASSERT(orig > 0);
-    double lo = std::floor(yarn_correction_dim(cfg.beta_fast, double(t.rot_dim), cfg.theta, orig));
-    double hi = std::ceil(yarn_correction_dim(cfg.beta_slow, double(t.rot_dim), cfg.theta, orig));
+    double lo = yarn_correction_dim(cfg.beta_fast, double(t.rot_dim), cfg.theta, orig);
+    double hi = yarn_correction_dim(cfg.beta_slow, double(t.rot_dim), cfg.theta, orig);
+    if (cfg.truncate) lo = std::floor(lo), hi = std::ceil(hi);
     lo = std::max(lo, 0.0);
     hi = std::min(hi, double(t.rot_dim - 1));
     if (lo == hi) hi += 0.001;
