@@ -21,6 +21,7 @@ class Session {
  public:
   explicit Session(const Model& m);
   int64_t pos() const { return int64_t(tokens_.size()); }
+  const Model& model() const { return m_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
   void reset();
   size_t state_bytes() const;
