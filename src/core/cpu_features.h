@@ -1,0 +1,41 @@
+// Run-time CPU feature detection and the instruction-set level the CPU kernels use
+// (src/ops/cpu/). The level can be lowered (tests force every level the machine has, a
+// --cpu-isa flag can pick one) but never raised above what the CPU supports.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace moeflux {
+
+// Ordered: each level implies the ones below it.
+enum class CpuIsa : uint8_t {
+  Scalar,  // the reference loops
+  Avx2,    // AVX2 + FMA + F16C
+  Avx512,  // AVX-512 F/BW/VL/DQ (+ the AVX2 set)
+};
+
+CpuIsa cpu_isa_detected();  // the best level this CPU (and OS) supports
+CpuIsa cpu_isa();           // the level in use now (default: detected)
+// Selects the level for the CPU ops. Raises Error when the CPU lacks it.
+void set_cpu_isa(CpuIsa isa);
+
+std::string_view cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512"
+std::optional<CpuIsa> cpu_isa_from_name(std::string_view s);
+
+// Number of physical cores this process may run on (SMT siblings counted once).
+int physical_core_count();
+
+// Sets the level for one scope (tests, benchmarks) and restores the previous one.
+class ScopedCpuIsa {
+ public:
+  explicit ScopedCpuIsa(CpuIsa isa) : prev_(cpu_isa()) { set_cpu_isa(isa); }
+  ~ScopedCpuIsa() { set_cpu_isa(prev_); }
+  ScopedCpuIsa(const ScopedCpuIsa&) = delete;
+  ScopedCpuIsa& operator=(const ScopedCpuIsa&) = delete;
+
+ private:
+  CpuIsa prev_;
+};
+
+}  // namespace moeflux
