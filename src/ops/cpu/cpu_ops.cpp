@@ -53,7 +53,7 @@ void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
 void matvec(const QWeight& w, const float* x, float* y) {
   const cpu::Kernels& k = kernels();
   cpu::PreparedX& px = prepared_x();
-  cpu::prepare_x(w, x, 1, k.lanes, &px);
+  cpu::prepare_x(w, x, 1, k.lanes, true, &px);
   for_rows(w.rows, int64_t(w.row_bytes()), 1,
            [&](int64_t r0, int64_t r1) { k.matvec_rows(w, px, y, r0, r1); });
 }
@@ -62,7 +62,7 @@ void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
   if (T == 1) return matvec(w, x, y);
   const cpu::Kernels& k = kernels();
   cpu::PreparedX& px = prepared_x();
-  cpu::prepare_x(w, x, T, k.lanes, &px);
+  cpu::prepare_x(w, x, T, k.lanes, false, &px);
   // Decoding a row costs about as much as 4 tokens' dots over it.
   const int64_t row_work = int64_t(w.row_bytes()) + T * w.cols;
   for_rows(w.rows, row_work, 4,

@@ -13,13 +13,16 @@ namespace moeflux::cpu {
 // codes, and a vector of L lanes reads L consecutive words, so lane l of word-vector j holds
 // codes j*L*P + l*P + k for k < P. Instead of reordering codes, x is reordered once per call
 // ("lane-interleaved"): chunk j of x holds P vectors, vector k lane l = x[j*L*P + l*P + k].
-// The dot then needs only shifts, masks and FMAs per chunk; scales apply per lane.
+// The dot then needs only masks and FMAs per chunk; scales apply per lane. For matvec x is
+// also prescaled ("shifted codes"): vector k (0 < k < P-1) is multiplied by 2^-(bits*k), so
+// code k can be used in place, (v & (mask << bits*k)) converted exactly, without a shift.
 bool affine_fast(const QWeight& w, int lanes);
 
 // x (T, cols) prepared for one weight and one ISA; read-only while rows run in parallel.
 struct PreparedX {
   int64_t T = 0, cols = 0;
   bool interleaved = false;  // affine fast path: xs holds lane-interleaved x
+  bool shifted = false;      // interleaved x prescaled for in-place codes (matvec)
   const float* x = nullptr;  // natural x (T, cols) when !interleaved
   int64_t stride = 0;        // floats per token in xs (cols padded to whole chunks)
   int64_t gstride = 0;       // floats per token in gsum (n_groups padded by >= 16 zeros)
@@ -27,7 +30,7 @@ struct PreparedX {
   std::vector<float> gsum;   // (T, gstride): sum of x over each quantisation group
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
 };
-void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, PreparedX* px);
+void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px);
 
 struct Kernels {
   int lanes;  // f32 lanes of one vector (the x layout); 1 for scalar

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "ops/cpu/kernels.h"
 
 // g++ 12 flags the intrinsics headers' deliberately undefined vectors (_mm512_undefined_*)
@@ -206,6 +207,15 @@ inline __m256i load_words(const uint32_t* q, int64_t left) {
   return _mm256_maskload_epi32(reinterpret_cast<const int*>(q), tail_mask(left));
 }
 
+// Code K in place (times 2^(BITS*K)), for x prescaled by 2^-(BITS*K): one AND, no shift.
+// The top code is shifted down instead, keeping the int32 conversion non-negative.
+template <int BITS, int K>
+inline __m256 code_shifted(__m256i v) {
+  constexpr int P = 32 / BITS;
+  if constexpr (K == P - 1) return code<BITS, K>(v);
+  else return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(((1 << BITS) - 1) << (BITS * K))));
+}
+
 template <int BITS>
 float affine_row_dot(const QWeight& w, int64_t r, const float* xs, const float* gsum, float* sb,
                      __m256i lg) {
@@ -219,7 +229,7 @@ float affine_row_dot(const QWeight& w, int64_t r, const float* xs, const float* 
     const float* xc = xs + j * CH;
     __m256 c[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     [&]<int... K>(std::integer_sequence<int, K...>) {
-      ((c[K & 1] = _mm256_fmadd_ps(code<BITS, K>(v), _mm256_loadu_ps(xc + K * L), c[K & 1])), ...);
+      ((c[K & 1] = _mm256_fmadd_ps(code_shifted<BITS, K>(v), _mm256_loadu_ps(xc + K * L), c[K & 1])), ...);
     }(std::make_integer_sequence<int, P>{});
     const __m256 sv = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sb + j * CH / gs), lg);
     acc = _mm256_fmadd_ps(_mm256_add_ps(c[0], c[1]), sv, acc);
@@ -246,6 +256,7 @@ void affine_row_decode(const QWeight& w, int64_t r, float* out, float* sb, float
 
 template <int BITS>
 void affine_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  MF_ASSERT(px.shifted);  // PRECOND: x prepared for in-place codes
   float* sb = scratch(1, params_size(w));
   const __m256i lg = lane_groups<32 / BITS>(w.group_size);
   for (int64_t r = r0; r < r1; ++r) y[r] = affine_row_dot<BITS>(w, r, px.xs.data(), px.gsum.data(), sb, lg);
@@ -287,6 +298,7 @@ void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, in
 
 int64_t decode_row(const QWeight& w, const PreparedX& px, int64_t r, float* out, float* sb,
                    float* bb) {
+  MF_ASSERT(!px.shifted);  // PRECOND: decoded rows hold true codes
   if (px.interleaved) {
     switch (w.bits) {
       case 2: affine_row_decode<2>(w, r, out, sb, bb, lane_groups<16>(w.group_size)); break;

@@ -2,6 +2,7 @@
 // preparation for the affine fast path and per-thread scratch. The scalar kernels compute
 // exactly what matvec_ref does (dequantise a row, f32 dot), split by rows.
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
@@ -16,9 +17,10 @@ bool affine_fast(const QWeight& w, int lanes) {
   return gs % chunk == 0 || chunk % gs == 0;
 }
 
-void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, PreparedX* px) {
+void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px) {
   px->T = T, px->cols = w.cols, px->x = x;
   px->interleaved = affine_fast(w, lanes);
+  px->shifted = px->interleaved && shifted;
   if (!px->interleaved) return;
   const int64_t p = 32 / w.bits, chunk = p * lanes, cols = w.cols;
   const int64_t ng = cols / w.group_size;
@@ -26,13 +28,16 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, PreparedX
   px->gstride = (ng + 16 + 15) / 16 * 16;
   px->xs.assign(size_t(T * px->stride), 0.0f);
   px->gsum.assign(size_t(T * px->gstride), 0.0f);
+  float scale[16];  // per code position k: 2^-(bits*k) for in-place codes, else 1
+  for (int64_t k = 0; k < p; ++k)
+    scale[k] = px->shifted && k > 0 && k < p - 1 ? std::ldexp(1.0f, -int(w.bits * k)) : 1.0f;
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * cols;
     float* xs = px->xs.data() + t * px->stride;
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t j = c / chunk, l = (c % chunk) / p, k = c % p;
-      xs[j * chunk + k * lanes + l] = xt[c];
-    }
+    for (int64_t j = 0; j * chunk < cols; ++j)  // no divisions: this runs once per call
+      for (int64_t l = 0; l < lanes && j * chunk + l * p < cols; ++l)
+        for (int64_t k = 0; k < p; ++k)
+          xs[j * chunk + k * lanes + l] = xt[j * chunk + l * p + k] * scale[k];
     float* gs = px->gsum.data() + t * px->gstride;
     for (int64_t g = 0; g < ng; ++g) {
       float s = 0.0f;
