@@ -4,6 +4,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <set>
@@ -23,22 +24,26 @@ CpuIsa detect() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq");
-  return avx512 ? CpuIsa::Avx512 : avx2 ? CpuIsa::Avx2 : CpuIsa::Scalar;
+  const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+  return vnni ? CpuIsa::Avx512Vnni : avx512 ? CpuIsa::Avx512 : avx2 ? CpuIsa::Avx2 : CpuIsa::Scalar;
 }
 
 std::atomic<CpuIsa>& active() {
-  static std::atomic<CpuIsa> isa{cpu_isa_detected()};
+  static std::atomic<CpuIsa> isa{cpu_isa_default()};
   return isa;
 }
 
 constexpr std::pair<CpuIsa, std::string_view> kNames[] = {
-    {CpuIsa::Scalar, "scalar"}, {CpuIsa::Avx2, "avx2"}, {CpuIsa::Avx512, "avx512"}};
+    {CpuIsa::Scalar, "scalar"}, {CpuIsa::Avx2, "avx2"}, {CpuIsa::Avx512, "avx512"},
+    {CpuIsa::Avx512Vnni, "avx512vnni"}};
 }  // namespace
 
 CpuIsa cpu_isa_detected() {
   static const CpuIsa isa = detect();
   return isa;
 }
+
+CpuIsa cpu_isa_default() { return std::min(cpu_isa_detected(), CpuIsa::Avx512); }
 
 CpuIsa cpu_isa() { return active().load(std::memory_order_relaxed); }
 

@@ -13,14 +13,19 @@ enum class CpuIsa : uint8_t {
   Scalar,  // the reference loops
   Avx2,    // AVX2 + FMA + F16C
   Avx512,  // AVX-512 F/BW/VL/DQ (+ the AVX2 set)
+  // + AVX512-VNNI: affine 4/8-bit matvec with x quantised to int8 per 32 values. Changes
+  // results by up to sum|w| * max|x_block| / 254 (see kernels_avx512_vnni.cpp), so it is
+  // never the default: it must be selected (set_cpu_isa / a --cpu-isa flag).
+  Avx512Vnni,
 };
 
 CpuIsa cpu_isa_detected();  // the best level this CPU (and OS) supports
-CpuIsa cpu_isa();           // the level in use now (default: detected)
+CpuIsa cpu_isa_default();   // the best exact-float level: detected, capped at Avx512
+CpuIsa cpu_isa();           // the level in use now (default: cpu_isa_default())
 // Selects the level for the CPU ops. Raises Error when the CPU lacks it.
 void set_cpu_isa(CpuIsa isa);
 
-std::string_view cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512"
+std::string_view cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512", "avx512vnni"
 std::optional<CpuIsa> cpu_isa_from_name(std::string_view s);
 
 // Number of physical cores this process may run on (SMT siblings counted once).

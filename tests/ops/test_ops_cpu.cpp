@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "core/cpu_features.h"
@@ -27,9 +28,35 @@ constexpr double kDotTol = 1e-5;
 
 std::vector<CpuIsa> isas() {
   std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
+  for (CpuIsa i : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni})
     if (i <= cpu_isa_detected()) v.push_back(i);
   return v;
+}
+
+// Weights the Avx512Vnni level runs with int8 x (kernels_avx512_vnni.cpp).
+bool takes_int8_x(const QWeight& w) {
+  return w.format == WFormat::Affine && (w.bits == 4 || w.bits == 8) && w.group_size % 32 == 0 &&
+         512 % w.group_size == 0;
+}
+
+// Bound on the int8 x error per output: sum_c |w_c - b_g(c)| * (max|x| over c's block of 32) / 254.
+std::vector<double> int8_x_bound(const QWeight& w, const float* x) {
+  std::vector<double> bound(static_cast<size_t>(w.rows), 0.0);
+  std::vector<float> row(static_cast<size_t>(w.cols)), half_dx(static_cast<size_t>(w.cols));
+  for (int64_t b = 0; b < w.cols / 32; ++b) {
+    float m = 0;
+    for (int64_t c = b * 32; c < b * 32 + 32; ++c) m = std::max(m, std::fabs(x[c]));
+    for (int64_t c = b * 32; c < b * 32 + 32; ++c) half_dx[size_t(c)] = m / 127.0f / 2.0f;
+  }
+  const int64_t ng = w.cols / w.group_size;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequant_row_ref(w, r, row.data());
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const float b = load_f32(w.sdtype, w.biases, size_t(r * ng + c / w.group_size));
+      bound[size_t(r)] += std::fabs(double(row[size_t(c)]) - b) * half_dx[size_t(c)];
+    }
+  }
+  return bound;
 }
 
 // Reference y (T, rows) and per-output magnitude sum_c |w_rc x_tc|.
@@ -67,6 +94,14 @@ void check_matvec(const OwnedWeight& o, uint32_t seed) {
     ScopedCpuIsa scoped(isa);
     std::vector<float> y(static_cast<size_t>(o.w.rows), NAN);
     matvec(o.w, x.data(), y.data());
+    if (isa == CpuIsa::Avx512Vnni && takes_int8_x(o.w)) {
+      const auto bound = int8_x_bound(o.w, x.data());
+      int bad = 0;
+      for (size_t r = 0; r < y.size(); ++r)
+        bad += !(std::fabs(double(y[r]) - want.y[r]) <= 1.001 * bound[r] + kDotTol * want.mag[r]);
+      EXPECT_EQ(bad, 0) << o.name() << " isa " << cpu_isa_name(isa);
+      continue;
+    }
     EXPECT_LE(max_scaled_err(y, want), kDotTol) << o.name() << " isa " << cpu_isa_name(isa);
     if (o.w.rows >= 67) {
       EXPECT_LE(test::rel_l2(y, want.y), kDotTol) << o.name() << " isa " << cpu_isa_name(isa);
@@ -75,12 +110,13 @@ void check_matvec(const OwnedWeight& o, uint32_t seed) {
 }
 
 TEST(OpsCpu, IsaLevelsAndNames) {
-  EXPECT_EQ(cpu_isa(), cpu_isa_detected());
-  for (CpuIsa i : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
+  EXPECT_EQ(cpu_isa(), cpu_isa_default());
+  EXPECT_LE(cpu_isa_default(), CpuIsa::Avx512);  // int8 x never by default
+  for (CpuIsa i : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni})
     EXPECT_EQ(cpu_isa_from_name(cpu_isa_name(i)), i);
   EXPECT_FALSE(cpu_isa_from_name("sse9").has_value());
-  if (cpu_isa_detected() < CpuIsa::Avx512) {
-    EXPECT_THROW(set_cpu_isa(CpuIsa::Avx512), Error);
+  if (cpu_isa_detected() < CpuIsa::Avx512Vnni) {
+    EXPECT_THROW(set_cpu_isa(CpuIsa::Avx512Vnni), Error);
   }
   EXPECT_GE(physical_core_count(), 1);
 }
@@ -95,6 +131,21 @@ TEST(OpsCpu, MatvecAffineEveryWidthAndGroup) {
           check_matvec(test::random_affine(rows, cols, bits, group, DType::BF16, seed), seed + 1);
           seed += 2;
         }
+}
+
+// The int8-x error at the Qwen3-30B-A3B expert shape, recorded for the report.
+TEST(OpsCpu, Int8XErrorAtExpertShape) {
+  if (cpu_isa_detected() < CpuIsa::Avx512Vnni) GTEST_SKIP() << "no AVX512-VNNI";
+  const auto o = test::random_affine(768, 2048, 4, 64, DType::BF16, 21);
+  const auto x = test::randn(2048, 22);
+  std::vector<float> want(768), y(768);
+  matvec_ref(o.w, x.data(), want.data());
+  ScopedCpuIsa scoped(CpuIsa::Avx512Vnni);
+  matvec(o.w, x.data(), y.data());
+  const double e = test::rel_l2(y, want);
+  RecordProperty("int8_x_rel_l2", std::to_string(e));
+  std::printf("int8-x matvec rel_l2 vs reference at 768x2048 q4g64: %.3g (NMSE %.3g)\n", e, e * e);
+  EXPECT_LE(e, 1e-2);
 }
 
 TEST(OpsCpu, MatvecAffineScaleDtypes) {
@@ -125,6 +176,7 @@ void check_matmul(const OwnedWeight& o, int64_t T) {
   const RefOut want = ref_matmul(o.w, x.data(), T);
   for (CpuIsa isa : isas()) {
     ScopedCpuIsa scoped(isa);
+    if (T == 1 && isa == CpuIsa::Avx512Vnni && takes_int8_x(o.w)) continue;  // matvec: int8 x
     std::vector<float> y(want.y.size(), NAN);
     matmul(o.w, x.data(), T, y.data());
     EXPECT_LE(max_scaled_err(y, want), kDotTol) << o.name() << " T=" << T << " isa " << cpu_isa_name(isa);
@@ -233,7 +285,9 @@ TEST(OpsCpu, SwigluExpertMatchesReference) {
     ScopedCpuIsa scoped(isa);
     std::vector<float> out(2048, NAN);
     swiglu_expert(gate.w, up.w, down.w, x.data(), out.data());
-    EXPECT_LE(test::rel_l2(out, want), kDotTol) << cpu_isa_name(isa);
+    // int8 x (bounded per matvec above) compounds through SwiGLU, whose heavy-tailed output
+    // quantises worst: measured 3.1% here, one reason the level is opt-in.
+    EXPECT_LE(test::rel_l2(out, want), isa == CpuIsa::Avx512Vnni ? 5e-2 : kDotTol) << cpu_isa_name(isa);
   }
 }
 

@@ -20,6 +20,7 @@ constexpr int64_t kChunkMinBytes = 32 << 10;      // weight bytes per chunk at l
 
 const cpu::Kernels& kernels() {
   switch (cpu_isa()) {
+    case CpuIsa::Avx512Vnni: return cpu::kernels_avx512_vnni();
     case CpuIsa::Avx512: return cpu::kernels_avx512();
     case CpuIsa::Avx2: return cpu::kernels_avx2();
     default: return cpu::kernels_scalar();
@@ -53,7 +54,7 @@ void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
 void matvec(const QWeight& w, const float* x, float* y) {
   const cpu::Kernels& k = kernels();
   cpu::PreparedX& px = prepared_x();
-  cpu::prepare_x(w, x, 1, k.lanes, true, &px);
+  if (!k.prepare_special || !k.prepare_special(w, x, &px)) cpu::prepare_x(w, x, 1, k.lanes, true, &px);
   for_rows(w.rows, int64_t(w.row_bytes()), 1,
            [&](int64_t r0, int64_t r1) { k.matvec_rows(w, px, y, r0, r1); });
 }

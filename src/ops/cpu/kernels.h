@@ -28,12 +28,19 @@ struct PreparedX {
   int64_t gstride = 0;       // floats per token in gsum (n_groups padded by >= 16 zeros)
   std::vector<float> xs;     // (T, stride)
   std::vector<float> gsum;   // (T, gstride): sum of x over each quantisation group
+  // int8 path (CpuIsa::Avx512Vnni, T == 1): x quantised per block of 32 in the byte order of
+  // the codes (kernels_avx512_vnni.cpp); dx the per-block scales (padded with 16 zeros).
+  bool q8 = false;
+  std::vector<int8_t> xq;
+  std::vector<float> dx;
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
 };
 void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px);
 
 struct Kernels {
   int lanes;  // f32 lanes of one vector (the x layout); 1 for scalar
+  // Optional: prepares x (one token) for an ISA-specific path; false when w does not take it.
+  bool (*prepare_special)(const QWeight& w, const float* x, PreparedX* px);
   // y[r] for r in [r0, r1), one token.
   void (*matvec_rows)(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1);
   // y[t * ldy + r] for r in [r0, r1) and all px.T tokens; each row is decoded once.
@@ -46,6 +53,7 @@ struct Kernels {
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+const Kernels& kernels_avx512_vnni();
 
 // Scratch that lives per thread and only grows (row buffers, per-row scales).
 float* scratch(int slot, size_t n);

@@ -21,6 +21,7 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shif
   px->T = T, px->cols = w.cols, px->x = x;
   px->interleaved = affine_fast(w, lanes);
   px->shifted = px->interleaved && shifted;
+  px->q8 = false;
   if (!px->interleaved) return;
   const int64_t p = 32 / w.bits, chunk = p * lanes, cols = w.cols;
   const int64_t ng = cols / w.group_size;
@@ -84,7 +85,7 @@ void matmul_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t
 }  // namespace
 
 const Kernels& kernels_scalar() {
-  static const Kernels k{1, matvec_rows_scalar, matmul_rows_scalar, dot_scalar, axpy_scalar};
+  static const Kernels k{1, nullptr, matvec_rows_scalar, matmul_rows_scalar, dot_scalar, axpy_scalar};
   return k;
 }
 
