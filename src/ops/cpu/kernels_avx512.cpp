@@ -159,10 +159,10 @@ float affine_row_dot(const QWeight& w, int64_t r, const float* xs, const float* 
   const uint32_t* q = reinterpret_cast<const uint32_t*>(w.data + r * int64_t(w.row_bytes()));
   __m512 acc = _mm512_setzero_ps();
   for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j) {
-    // Software prefetch 2 KiB ahead: the decode is heavy enough that the hardware
+    // Software prefetch 4 KiB ahead: the decode is heavy enough that the hardware
     // prefetcher alone leaves DRAM idle (measured: +50% on cold 4-bit rows).
-    _mm_prefetch(reinterpret_cast<const char*>(q + wi) + 2048, _MM_HINT_T0);
-    const __m512i v = _mm512_maskz_loadu_epi32(tail_mask(words - wi), q + wi);
+    _mm_prefetch(reinterpret_cast<const char*>(q + wi) + 4096, _MM_HINT_T0);
+    const __m512i v = words - wi >= L ? _mm512_loadu_si512(q + wi) : _mm512_maskz_loadu_epi32(tail_mask(words - wi), q + wi);
     const float* xc = xs + j * CH;
     __m512 c[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     [&]<int... K>(std::integer_sequence<int, K...>) {
@@ -182,7 +182,7 @@ void affine_row_decode(const QWeight& w, int64_t r, float* out, float* sb, float
   affine_row_params(w, r, nullptr, sb, bb);
   const uint32_t* q = reinterpret_cast<const uint32_t*>(w.data + r * int64_t(w.row_bytes()));
   for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j) {
-    const __m512i v = _mm512_maskz_loadu_epi32(tail_mask(words - wi), q + wi);
+    const __m512i v = words - wi >= L ? _mm512_loadu_si512(q + wi) : _mm512_maskz_loadu_epi32(tail_mask(words - wi), q + wi);
     const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + j * CH / gs));
     const __m512 bv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(bb + j * CH / gs));
     float* oc = out + j * CH;

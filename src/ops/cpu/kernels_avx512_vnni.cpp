@@ -72,30 +72,36 @@ bool prepare_q8(const QWeight& w, const float* x, PreparedX* px) {
   return true;
 }
 
+// Block b's group offset within 16 blocks (bidx) and lane l's block within a chunk (lidx).
 template <int BITS>
-float row_dot_q8(const QWeight& w, int64_t r, const PreparedX& px, float* sb, float* cs) {
+void lane_indices(int64_t gs, __m512i* bidx, __m512i* lidx) {
+  constexpr int kLanesPerBlock = BITS == 4 ? 4 : 8;
+  alignas(64) int32_t b[L], l[L];
+  for (int i = 0; i < L; ++i) b[i] = int32_t(i * kBlock / gs), l[i] = i / kLanesPerBlock;
+  *bidx = _mm512_load_si512(b);
+  *lidx = _mm512_load_si512(l);
+}
+
+template <int BITS>
+float row_dot_q8(const QWeight& w, int64_t r, const PreparedX& px, float* sb, float* cs,
+                 __m512i bidx, __m512i lidx) {
   const int64_t gs = w.group_size, nb = w.cols / kBlock, bytes = int64_t(w.row_bytes());
   const float bias_term = affine_row_params(w, r, px.gsum.data(), sb, nullptr);
   // cs[b] = scale of block b's group * dx_b; zeros past the end.
-  alignas(64) int32_t idx[L];
-  for (int i = 0; i < L; ++i) idx[i] = int32_t(i * kBlock / gs);
-  const __m512i bidx = _mm512_load_si512(idx);
   int64_t b0 = 0;
   for (; b0 < nb; b0 += L)
     _mm512_storeu_ps(cs + b0, _mm512_mul_ps(_mm512_permutexvar_ps(bidx, _mm512_loadu_ps(sb + b0 * kBlock / gs)),
                                             _mm512_loadu_ps(px.dx.data() + b0)));
   _mm512_storeu_ps(cs + b0, _mm512_setzero_ps());
   // Lane l sums 8 (4-bit) or 4 (8-bit) consecutive codes: block l / 4 or l / 8 of the chunk.
-  constexpr int kLanesPerBlock = BITS == 4 ? 4 : 8, kBlocksPerChunk = L / kLanesPerBlock;
-  for (int i = 0; i < L; ++i) idx[i] = i / kLanesPerBlock;
-  const __m512i lidx = _mm512_load_si512(idx);
+  constexpr int kBlocksPerChunk = BITS == 4 ? 4 : 2;
   const uint8_t* q = w.data + r * bytes;
   const int8_t* xq = px.xq.data();
   const __m512i lo4 = _mm512_set1_epi8(0x0f);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t o = 0, j = 0; o < bytes; o += 64, ++j) {
     _mm_prefetch(reinterpret_cast<const char*>(q + o) + 2048, _MM_HINT_T0);
-    const __m512i v = _mm512_maskz_loadu_epi32(tail_mask((bytes - o) / 4), q + o);
+    const __m512i v = bytes - o >= 64 ? _mm512_loadu_si512(q + o) : _mm512_maskz_loadu_epi32(tail_mask((bytes - o) / 4), q + o);
     __m512i s;
     if constexpr (BITS == 4) {
       s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, lo4), _mm512_loadu_si512(xq + j * 128));
@@ -113,8 +119,14 @@ void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, in
   if (!px.q8) return kernels_avx512().matvec_rows(w, px, y, r0, r1);
   float* sb = scratch(1, params_size(w));
   float* cs = scratch(2, size_t(w.cols / kBlock + 2 * L));
-  for (int64_t r = r0; r < r1; ++r)
-    y[r] = w.bits == 4 ? row_dot_q8<4>(w, r, px, sb, cs) : row_dot_q8<8>(w, r, px, sb, cs);
+  __m512i bidx, lidx;
+  if (w.bits == 4) {
+    lane_indices<4>(w.group_size, &bidx, &lidx);
+    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot_q8<4>(w, r, px, sb, cs, bidx, lidx);
+  } else {
+    lane_indices<8>(w.group_size, &bidx, &lidx);
+    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot_q8<8>(w, r, px, sb, cs, bidx, lidx);
+  }
 }
 
 }  // namespace
