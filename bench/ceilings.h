@@ -9,7 +9,7 @@ namespace moeflux::bench {
 
 // Sums `bytes` of a buffer (touched beforehand) with the widest vectors the ISA in use
 // allows, on `threads` threads; returns GB/s (1e9 bytes) of the best of `reps` passes.
-double read_bandwidth_gbs(size_t bytes, int threads, int reps = 5);
+double read_bandwidth_gbs(size_t bytes, int threads, int reps = 8);
 
 // Peak f32 FMA rate on `threads` threads: GFLOP/s (2 flops per lane per FMA).
 double fma_peak_gflops(int threads);
