@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -28,8 +30,21 @@ CpuIsa detect() {
   return vnni ? CpuIsa::Avx512Vnni : avx512 ? CpuIsa::Avx512 : avx2 ? CpuIsa::Avx2 : CpuIsa::Scalar;
 }
 
+// MOEFLUX_CPU_ISA=<name> (a developer knob, e.g. to run the model tests at avx512vnni)
+// overrides the default; an unknown or unsupported name is reported and ignored.
+CpuIsa initial_isa() {
+  const char* env = std::getenv("MOEFLUX_CPU_ISA");
+  if (!env || !*env) return cpu_isa_default();
+  const auto isa = cpu_isa_from_name(env);
+  if (isa && *isa <= cpu_isa_detected()) return *isa;
+  std::fprintf(stderr, "moeflux: warning: MOEFLUX_CPU_ISA=%s is %s; using %s\n", env,
+               isa ? "not supported by this CPU" : "not a known level",
+               std::string(cpu_isa_name(cpu_isa_default())).c_str());
+  return cpu_isa_default();
+}
+
 std::atomic<CpuIsa>& active() {
-  static std::atomic<CpuIsa> isa{cpu_isa_default()};
+  static std::atomic<CpuIsa> isa{initial_isa()};
   return isa;
 }
 

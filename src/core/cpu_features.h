@@ -21,7 +21,7 @@ enum class CpuIsa : uint8_t {
 
 CpuIsa cpu_isa_detected();  // the best level this CPU (and OS) supports
 CpuIsa cpu_isa_default();   // the best exact-float level: detected, capped at Avx512
-CpuIsa cpu_isa();           // the level in use now (default: cpu_isa_default())
+CpuIsa cpu_isa();           // the level in use now (default: cpu_isa_default(), or $MOEFLUX_CPU_ISA)
 // Selects the level for the CPU ops. Raises Error when the CPU lacks it.
 void set_cpu_isa(CpuIsa isa);
 
