@@ -1,5 +1,6 @@
 // GQA attention layer over a growing KV cache (reference path).
 #include "model/blocks/attention.h"
+#include "ops/cpu/cpu_ops.h"
 
 #include <cmath>
 
@@ -19,14 +20,14 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     float* qt = q.data() + t * qd;
     float* kt = kv.k.data() + (len0 + t) * kd;
     float* vt = kv.v.data() + (len0 + t) * kd;
-    matvec_ref(wq, xt, qg.data());
+    matvec(wq, xt, qg.data());
     for (int64_t h = 0; h < n_heads; ++h)
       for (int64_t d = 0; d < head_dim; ++d) {
         qt[h * head_dim + d] = qg[size_t(h * qrow + d)];
         if (gated) gate[size_t(t * qd + h * head_dim + d)] = qg[size_t(h * qrow + head_dim + d)];
       }
-    matvec_ref(wk, xt, kt);
-    matvec_ref(wv, xt, vt);
+    matvec(wk, xt, kt);
+    matvec(wv, xt, vt);
     for (int64_t h = 0; h < n_heads; ++h) {
       if (!q_norm.empty()) rmsnorm_ref(qt + h * head_dim, q_norm.data(), head_dim, norm_eps, qt + h * head_dim);
       rope_ref(qt + h * head_dim, rope, pos0 + t);
@@ -40,11 +41,11 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n_ctx = len0 + t + 1;
     const int64_t first = window > 0 && n_ctx > window ? n_ctx - window : 0;
-    attention_ref(q.data() + t * qd, kv.k.data() + first * kd, kv.v.data() + first * kd, n_ctx - first,
+    attention(q.data() + t * qd, kv.k.data() + first * kd, kv.v.data() + first * kd, n_ctx - first,
                   n_heads, n_kv_heads, head_dim, head_dim, scale, att.data());
     if (gated)
       for (int64_t i = 0; i < qd; ++i) att[size_t(i)] *= 1.0f / (1.0f + std::exp(-gate[size_t(t * qd + i)]));
-    matvec_ref(wo, att.data(), out + t * dim);
+    matvec(wo, att.data(), out + t * dim);
   }
 }
 

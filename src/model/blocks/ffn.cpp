@@ -3,16 +3,17 @@
 
 #include <cmath>
 
+#include "ops/cpu/cpu_ops.h"
 #include "ops/ref/ref.h"
 
 namespace moeflux {
 
 void SwiGlu::apply(const float* x, float* out) const {
   std::vector<float> g(static_cast<size_t>(gate.rows)), u(static_cast<size_t>(up.rows));
-  matvec_ref(gate, x, g.data());
-  matvec_ref(up, x, u.data());
+  matvec(gate, x, g.data());
+  matvec(up, x, u.data());
   swiglu_ref(g.data(), u.data(), gate.rows, g.data());
-  matvec_ref(down, g.data(), out);
+  matvec(down, g.data(), out);
 }
 
 void DenseMlp::forward(const float* x, int64_t T, float* out) const {
@@ -26,7 +27,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     const float* xt = x + t * dim;
     float* ot = out + t * dim;
     for (int64_t i = 0; i < dim; ++i) ot[i] = 0.0f;
-    matvec_ref(router, xt, logits.data());
+    matvec(router, xt, logits.data());
     route(logits.data(), ids.data(), w.data());
     for (int64_t k = 0; k < n_experts_active; ++k) {
       experts[size_t(ids[k])].apply(xt, y.data());
@@ -36,7 +37,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     float scale = 1.0f;
     if (has_shared_gate) {
       float g = 0.0f;
-      matvec_ref(shared_gate, xt, &g);
+      matvec(shared_gate, xt, &g);
       scale = 1.0f / (1.0f + std::exp(-g));
     }
     for (const auto& s : shared) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/cpu/cpu_ops.h"
 #include "ops/ref/linear_attn.h"
 #include "ops/ref/ref.h"
 
@@ -34,7 +35,7 @@ void GatedDeltaNet::forward(const float* x, int64_t T, int64_t /*pos0*/, LayerSt
   for (int64_t t = 0; t < T; ++t) {
     for (const auto& p : in_proj) {
       tmp.resize(size_t(p.w.rows));
-      matvec_ref(p.w, x + t * dim, tmp.data());
+      matvec(p.w, x + t * dim, tmp.data());
       for (size_t r = 0; r < tmp.size(); ++r) proj[size_t(p.dst[r])] = tmp[r];
     }
     causal_conv1d_step_ref(proj.data(), conv_w.data(), cd, conv_kernel, s.conv.data(), mixed.data());
@@ -53,7 +54,7 @@ void GatedDeltaNet::forward(const float* x, int64_t T, int64_t /*pos0*/, LayerSt
                            g, beta, k_dim, v_dim, oh);
       rmsnorm_gated_ref(oh, z + h * v_dim, norm.data(), v_dim, norm_eps, oh);
     }
-    matvec_ref(out_proj, o.data(), out + t * dim);
+    matvec(out_proj, o.data(), out + t * dim);
   }
 }
 

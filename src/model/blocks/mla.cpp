@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/cpu/cpu_ops.h"
 
 namespace moeflux {
 
@@ -38,18 +39,18 @@ void MlaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     const float* xt = x + t * dim;
     float* qt = q.data() + t * n_heads * qk;
     if (q_lora_rank > 0) {
-      matvec_ref(wq_a, xt, qa.data());
+      matvec(wq_a, xt, qa.data());
       rmsnorm_ref(qa.data(), q_a_norm.data(), q_lora_rank, lora_norm_eps, qa.data());
-      matvec_ref(wq_b, qa.data(), qt);
+      matvec(wq_b, qa.data(), qt);
     } else {
-      matvec_ref(wq, xt, qt);
+      matvec(wq, xt, qt);
     }
     for (int64_t h = 0; h < n_heads; ++h) {
       float* qpe = qt + h * qk + qk_nope_dim;
       if (rope_interleave) deinterleave(qpe, P);
       rope_ref(qpe, rope, pos0 + t);
     }
-    matvec_ref(wkv_a, xt, kv.data());
+    matvec(wkv_a, xt, kv.data());
     float* ct = lc.c.data() + (len0 + t) * R;
     float* kt = lc.k_pe.data() + (len0 + t) * P;
     rmsnorm_ref(kv.data(), kv_a_norm.data(), R, lora_norm_eps, ct);
@@ -68,7 +69,7 @@ void MlaAttention::attend_naive(const float* q, int64_t T, const LatentCache& lc
   std::vector<float> k(static_cast<size_t>(n * n_heads * qk)), v(static_cast<size_t>(n * n_heads * v_dim)),
       kvb(static_cast<size_t>(n_heads * kvd)), att(static_cast<size_t>(n_heads * v_dim));
   for (int64_t s = 0; s < n; ++s) {
-    matvec_ref(wkv_b, lc.c.data() + s * R, kvb.data());
+    matvec(wkv_b, lc.c.data() + s * R, kvb.data());
     for (int64_t h = 0; h < n_heads; ++h) {
       float* kh = k.data() + (s * n_heads + h) * qk;
       std::memcpy(kh, kvb.data() + h * kvd, size_t(qk_nope_dim) * sizeof(float));
@@ -78,9 +79,9 @@ void MlaAttention::attend_naive(const float* q, int64_t T, const LatentCache& lc
     }
   }
   for (int64_t t = 0; t < T; ++t) {
-    attention_ref(q + t * n_heads * qk, k.data(), v.data(), first + t + 1, n_heads, n_heads, qk, v_dim, scale,
+    attention(q + t * n_heads * qk, k.data(), v.data(), first + t + 1, n_heads, n_heads, qk, v_dim, scale,
                   att.data());
-    matvec_ref(wo, att.data(), out + t * dim);
+    matvec(wo, att.data(), out + t * dim);
   }
 }
 
@@ -101,7 +102,7 @@ void MlaAttention::attend_absorbed(const float* q, int64_t T, const LatentCache&
     // sum_t p_t v_t = W_vb[h] (sum_t p_t c_t).
     for (int64_t h = 0; h < n_heads; ++h)
       matvec_rows_ref(wkv_b, h * kvd + qk_nope_dim, v_dim, ctx.data() + h * R, att.data() + h * v_dim);
-    matvec_ref(wo, att.data(), out + t * dim);
+    matvec(wo, att.data(), out + t * dim);
   }
 }
 

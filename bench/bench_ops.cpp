@@ -1,0 +1,216 @@
+// bench_ops: Google Benchmark of the optimised CPU ops at real shapes (Qwen3-30B-A3B expert
+// and attention projections) per ISA level and thread count, reporting us/run, GB/s of weight
+// bytes and % of the measured read-bandwidth ceiling (matvec) or FMA peak (matmul).
+// Weights rotate through copies spanning 128 MiB, so every run reads them from DRAM.
+// Run: build/bench/bench_ops [--benchmark_filter=Matvec] [--ceiling_mb=1024]
+#include <benchmark/benchmark.h>
+
+#include <time.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "ops/cpu/cpu_ops.h"
+#include "util/random_weights.h"
+
+namespace moeflux::bench {
+namespace {
+
+struct Ceilings {
+  double bw1 = 0, bw_all = 0, fma1 = 0, fma_all = 0;
+};
+using Clock = std::chrono::steady_clock;
+Ceilings g_ceil;
+int g_cores = 1;
+constexpr size_t kRotateBytes = size_t(128) << 20;  // > 4x a 32 MiB L3
+
+// Copies of one weight, far enough apart in memory that reading them in turn misses cache.
+struct WeightSet {
+  test::OwnedWeight base;
+  std::vector<std::vector<uint8_t>> data, scales, biases;
+  std::vector<QWeight> views;
+  size_t bytes = 0;  // weight + scale + bias bytes of one copy
+  explicit WeightSet(test::OwnedWeight o) : base(std::move(o)) {
+    bytes = base.data.size() + base.scales.size() + base.biases.size();
+    const size_t copies = std::max<size_t>(2, kRotateBytes / bytes);
+    for (size_t i = 0; i < copies; ++i) {
+      data.push_back(base.data), scales.push_back(base.scales), biases.push_back(base.biases);
+      QWeight w = base.w;
+      w.data = data.back().data();
+      if (w.format == WFormat::Affine) w.scales = scales.back().data(), w.biases = biases.back().data();
+      if (w.format == WFormat::Fp8Block) w.block_scales = scales.back().data();
+      views.push_back(w);
+    }
+  }
+};
+
+double thread_cpu_s() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+
+void set_level(benchmark::State& st, CpuIsa isa, int threads) {
+  if (isa > cpu_isa_detected()) st.SkipWithError("ISA not supported here");
+  else set_cpu_isa(isa);
+  set_cpu_threads(threads);
+}
+
+void bm_matvec(benchmark::State& st, const WeightSet* ws, CpuIsa isa, int threads) {
+  set_level(st, isa, threads);
+  const QWeight& w0 = ws->views[0];
+  const auto x = test::randn(size_t(w0.cols), 1);
+  std::vector<float> y(static_cast<size_t>(w0.rows));
+  size_t i = 0;
+  const auto t0 = Clock::now();
+  const double c0 = thread_cpu_s();
+  for (auto _ : st) {
+    matvec(ws->views[i], x.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+    i = (i + 1) % ws->views.size();
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double gbs = double(ws->bytes) * double(st.iterations()) / s / 1e9;
+  const double ceil = threads == 1 ? g_ceil.bw1 : g_ceil.bw_all;
+  st.counters["GB/s"] = gbs;
+  st.counters["ceil%"] = 100.0 * gbs / ceil;
+  // On a shared machine wall time includes time other processes held the core; one thread's
+  // CPU time (which still counts its memory stalls) gives the kernel's own rate.
+  if (threads == 1) st.counters["GB/s_cpu"] = double(ws->bytes) * double(st.iterations()) / (thread_cpu_s() - c0) / 1e9;
+  st.SetLabel(ws->base.w.describe());
+}
+
+void bm_matmul(benchmark::State& st, const WeightSet* ws, int64_t T, CpuIsa isa, int threads) {
+  set_level(st, isa, threads);
+  const QWeight& w0 = ws->views[0];
+  const auto x = test::randn(size_t(T * w0.cols), 1);
+  std::vector<float> y(static_cast<size_t>(T * w0.rows));
+  size_t i = 0;
+  const auto t0 = Clock::now();
+  for (auto _ : st) {
+    matmul(ws->views[i], x.data(), T, y.data());
+    benchmark::DoNotOptimize(y.data());
+    i = (i + 1) % ws->views.size();
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double gflops = 2.0 * double(T * w0.rows * w0.cols) * double(st.iterations()) / s / 1e9;
+  st.counters["GFLOP/s"] = gflops;
+  st.counters["fma_peak%"] = 100.0 * gflops / (threads == 1 ? g_ceil.fma1 : g_ceil.fma_all);
+  st.counters["GB/s"] = double(ws->bytes) * double(st.iterations()) / s / 1e9;
+  st.counters["us/token"] = 1e6 * s / double(st.iterations() * T);
+  st.SetLabel(ws->base.w.describe() + " T=" + std::to_string(T));
+}
+
+void bm_attention(benchmark::State& st, int64_t n_ctx, CpuIsa isa, int threads) {
+  set_level(st, isa, threads);
+  const int64_t n_heads = 32, n_kv = 4, hd = 128;
+  const auto q = test::randn(size_t(n_heads * hd), 1), k = test::randn(size_t(n_ctx * n_kv * hd), 2),
+             v = test::randn(size_t(n_ctx * n_kv * hd), 3);
+  std::vector<float> out(static_cast<size_t>(n_heads * hd));
+  for (auto _ : st) {
+    attention(q.data(), k.data(), v.data(), n_ctx, n_heads, n_kv, hd, hd, 0.088f, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["GB/s"] = benchmark::Counter(double(2 * n_ctx * n_kv * hd * 4) * double(st.iterations()) / 1e9,
+                                           benchmark::Counter::kIsRate);  // K and V bytes
+  st.SetLabel("q32 kv4 d128 ctx=" + std::to_string(n_ctx));
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
+  auto add_set = [&](test::OwnedWeight o) { return keep.emplace_back(std::make_unique<WeightSet>(std::move(o))).get(); };
+  const std::vector<int> thread_counts = g_cores > 1 ? std::vector<int>{1, g_cores} : std::vector<int>{1};
+    // Real shapes, 4-bit g64 (the MLX default): expert gate/up, expert down, q / o projections.
+  struct Shape { int64_t rows, cols; const char* what; };
+  const Shape shapes[] = {{768, 2048, "expert_gate_up"}, {2048, 768, "expert_down"},
+                          {4096, 2048, "attn_q"}, {2048, 4096, "attn_o"}};
+  const CpuIsa isas_q[] = {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni};  // + int8 x
+  for (const Shape& s : shapes) {
+    const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1));
+    for (CpuIsa isa : isas_q)
+      for (int t : thread_counts)
+        benchmark::RegisterBenchmark((std::string("Matvec/q4g64/") + s.what + "/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
+                                     bm_matvec, ws, isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
+  // Every format at the attention-q shape (4096 x 2048).
+  struct Fmt { const char* name; test::OwnedWeight (*make)(); };
+  const Fmt fmts[] = {
+      {"q2g64", [] { return test::random_affine(4096, 2048, 2, 64, DType::BF16, 2); }},
+      {"q3g64", [] { return test::random_affine(4096, 2048, 3, 64, DType::BF16, 3); }},
+      {"q4g32", [] { return test::random_affine(4096, 2048, 4, 32, DType::BF16, 4); }},
+      {"q4g128", [] { return test::random_affine(4096, 2048, 4, 128, DType::BF16, 5); }},
+      {"q6g64", [] { return test::random_affine(4096, 2048, 6, 64, DType::BF16, 6); }},
+      {"q8g64", [] { return test::random_affine(4096, 2048, 8, 64, DType::BF16, 7); }},
+      {"bf16", [] { return test::random_dense(4096, 2048, DType::BF16, 8); }},
+      {"f16", [] { return test::random_dense(4096, 2048, DType::F16, 9); }},
+      {"f32", [] { return test::random_dense(4096, 2048, DType::F32, 10); }},
+      {"fp8b128", [] { return test::random_fp8(4096, 2048, 128, 128, DType::F32, 11); }},
+  };
+  for (const Fmt& f : fmts) {
+    const WeightSet* ws = add_set(f.make());
+    const bool int8_x = f.name[0] == 'q' && (f.name[1] == '4' || f.name[1] == '8');
+    for (CpuIsa isa : isas_q) {
+      if (isa == CpuIsa::Avx512Vnni && !int8_x) continue;
+      for (int t : thread_counts)
+        benchmark::RegisterBenchmark((std::string("Matvec/") + f.name + "/attn_q/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
+                                     bm_matvec, ws, isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+    }
+  }
+  // The reference level once, for scale.
+  benchmark::RegisterBenchmark("Matvec/q4g64/expert_gate_up/scalar/threads:1", bm_matvec, keep[0].get(),
+                               CpuIsa::Scalar, 1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  // Batched prefill / grouped experts: one expert's gate over T tokens.
+  for (int64_t T : {1, 4, 16, 64})
+    for (int t : thread_counts)
+      benchmark::RegisterBenchmark(("Matmul/q4g64/expert_gate_up/T:" + std::to_string(T) + "/threads:" + std::to_string(t)).c_str(),
+                                   bm_matmul, keep[0].get(), T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  for (int64_t ctx : {512, 4096})
+    for (int t : thread_counts)
+      benchmark::RegisterBenchmark(("Attention/ctx:" + std::to_string(ctx) + "/threads:" + std::to_string(t)).c_str(),
+                                   bm_attention, ctx, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+}  // namespace moeflux::bench
+
+int main(int argc, char** argv) {
+  using namespace moeflux;
+  size_t ceiling_mb = 1024;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--ceiling_mb=", 13) == 0) ceiling_mb = std::stoul(argv[i] + 13);
+    else args.push_back(argv[i]);
+  }
+  int n = int(args.size());
+  benchmark::Initialize(&n, args.data());
+  bench::g_cores = physical_core_count();
+  auto& c = bench::g_ceil;
+  c.bw1 = bench::read_bandwidth_gbs(ceiling_mb << 20, 1);
+  c.bw_all = bench::read_bandwidth_gbs(ceiling_mb << 20, bench::g_cores);
+  c.fma1 = bench::fma_peak_gflops(1);
+  c.fma_all = bench::fma_peak_gflops(bench::g_cores);
+  benchmark::AddCustomContext("cpu_isa", std::string(cpu_isa_name(cpu_isa_detected())));
+  benchmark::AddCustomContext("physical_cores", std::to_string(bench::g_cores));
+  benchmark::AddCustomContext("loadavg_at_start", bench::load_average());
+  benchmark::AddCustomContext("read_GB/s (1 thread / all)", std::to_string(c.bw1) + " / " + std::to_string(c.bw_all));
+  benchmark::AddCustomContext("fma_GFLOP/s (1 thread / all)", std::to_string(c.fma1) + " / " + std::to_string(c.fma_all));
+  std::vector<std::unique_ptr<bench::WeightSet>> keep;
+  bench::register_all(keep);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  std::printf("loadavg at end: %s\n", bench::load_average().c_str());
+  return 0;
+}

@@ -1,0 +1,103 @@
+// CPU feature detection (__builtin_cpu_supports, which also checks the OS saves the vector
+// state) and the physical core count from /sys topology, falling back to the affinity mask.
+#include "core/cpu_features.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/error.h"
+
+namespace moeflux {
+
+namespace {
+CpuIsa detect() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq");
+  const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+  return vnni ? CpuIsa::Avx512Vnni : avx512 ? CpuIsa::Avx512 : avx2 ? CpuIsa::Avx2 : CpuIsa::Scalar;
+}
+
+// MOEFLUX_CPU_ISA=<name> (a developer knob, e.g. to run the model tests at avx512vnni)
+// overrides the default; an unknown or unsupported name is reported and ignored.
+CpuIsa initial_isa() {
+  const char* env = std::getenv("MOEFLUX_CPU_ISA");
+  if (!env || !*env) return cpu_isa_default();
+  const auto isa = cpu_isa_from_name(env);
+  if (isa && *isa <= cpu_isa_detected()) return *isa;
+  std::fprintf(stderr, "moeflux: warning: MOEFLUX_CPU_ISA=%s is %s; using %s\n", env,
+               isa ? "not supported by this CPU" : "not a known level",
+               std::string(cpu_isa_name(cpu_isa_default())).c_str());
+  return cpu_isa_default();
+}
+
+std::atomic<CpuIsa>& active() {
+  static std::atomic<CpuIsa> isa{initial_isa()};
+  return isa;
+}
+
+constexpr std::pair<CpuIsa, std::string_view> kNames[] = {
+    {CpuIsa::Scalar, "scalar"}, {CpuIsa::Avx2, "avx2"}, {CpuIsa::Avx512, "avx512"},
+    {CpuIsa::Avx512Vnni, "avx512vnni"}};
+}  // namespace
+
+CpuIsa cpu_isa_detected() {
+  static const CpuIsa isa = detect();
+  return isa;
+}
+
+CpuIsa cpu_isa_default() { return std::min(cpu_isa_detected(), CpuIsa::Avx512); }
+
+CpuIsa cpu_isa() { return active().load(std::memory_order_relaxed); }
+
+void set_cpu_isa(CpuIsa isa) {
+  if (isa > cpu_isa_detected())
+    fail("cpu isa ", cpu_isa_name(isa), " is not supported by this CPU (best: ",
+         cpu_isa_name(cpu_isa_detected()), ")");
+  active().store(isa, std::memory_order_relaxed);
+}
+
+std::string_view cpu_isa_name(CpuIsa isa) {
+  for (const auto& [i, n] : kNames)
+    if (i == isa) return n;
+  return "?";
+}
+
+std::optional<CpuIsa> cpu_isa_from_name(std::string_view s) {
+  for (const auto& [i, n] : kNames)
+    if (n == s) return i;
+  return std::nullopt;
+}
+
+int physical_core_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int allowed = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) allowed = CPU_COUNT(&set);
+  if (allowed <= 0) allowed = int(std::max(1u, std::thread::hardware_concurrency()));
+  // Distinct (package, core) pairs among the CPUs we may run on.
+  std::set<std::pair<int, int>> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::ifstream pkg(dir + "physical_package_id"), core(dir + "core_id");
+    int p = -1, c = -1;
+    if (!(pkg >> p) || !(core >> c)) return allowed;
+    cores.insert({p, c});
+  }
+  return cores.empty() ? allowed : int(cores.size());
+}
+
+}  // namespace moeflux

@@ -1,0 +1,65 @@
+// ThreadPool: persistent workers running parallel_for over index ranges (rows of a matrix,
+// heads, experts); the calling thread takes part. An exception thrown by a task never
+// escapes its worker: the first one is caught and rethrown on the calling thread after all
+// chunks have stopped. Nested or concurrent calls run inline on the caller.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace moeflux {
+
+class ThreadPool {
+ public:
+  // n_threads in total, the caller included (n_threads - 1 workers). PRECOND: n_threads >= 1.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) on disjoint chunks [begin, end) covering [0, n), each at most
+  // `grain` long, and returns when all have run.
+  template <typename F>
+  void parallel_for(int64_t n, int64_t grain, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    auto thunk = [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); };
+    run(n, grain, thunk, const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+ private:
+  using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
+  void run(int64_t n, int64_t grain, RangeFn fn, void* ctx);
+  void worker_loop();
+  void take_chunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // one parallel_for at a time; others run inline
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  uint64_t generation_ = 0;  // bumped per job, under mu_
+  bool stop_ = false;
+  int busy_ = 0;  // workers still inside the current job
+  // The current job (written before generation_ is bumped).
+  RangeFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t n_ = 0, grain_ = 1;
+  std::atomic<int64_t> next_{0};
+  std::atomic<uint64_t> published_{0};  // generation_ readable without the lock (spinning)
+  std::exception_ptr error_;
+};
+
+// The pool the CPU ops use; created on first use with cpu_threads() threads.
+ThreadPool& cpu_thread_pool();
+int cpu_threads();
+// Sets the thread count of cpu_thread_pool() (default: physical cores); <= 0 means default.
+// Not to be called while ops are running.
+void set_cpu_threads(int n);
+
+}  // namespace moeflux

@@ -1,0 +1,106 @@
+// Dispatch of the optimised CPU ops: pick the kernel table for cpu_isa() once per call,
+// prepare x once, then split rows (or heads) over the thread pool when there is enough work
+// to pay for waking the workers (~10 us).
+#include "ops/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "ops/cpu/kernels.h"
+#include "ops/ref/ref.h"
+
+namespace moeflux {
+
+namespace {
+constexpr int64_t kParallelMinBytes = 256 << 10;  // weight bytes below which one thread runs
+constexpr int64_t kChunkMinBytes = 32 << 10;      // weight bytes per chunk at least
+
+const cpu::Kernels& kernels() {
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512Vnni: return cpu::kernels_avx512_vnni();
+    case CpuIsa::Avx512: return cpu::kernels_avx512();
+    case CpuIsa::Avx2: return cpu::kernels_avx2();
+    default: return cpu::kernels_scalar();
+  }
+}
+
+// The calling thread's prepared x, reused across calls. Workers reach it through a
+// reference (a lambda naming a thread_local would see the worker's own, empty one).
+cpu::PreparedX& prepared_x() {
+  thread_local cpu::PreparedX px;
+  return px;
+}
+
+// Rows per chunk: about 4 chunks per thread, each at least kChunkMinBytes, a multiple of m.
+int64_t row_grain(int64_t rows, int64_t row_work, int threads, int64_t m) {
+  const int64_t by_threads = (rows + 4 * threads - 1) / (4 * threads);
+  const int64_t by_bytes = (kChunkMinBytes + row_work - 1) / std::max<int64_t>(1, row_work);
+  const int64_t g = std::max({int64_t(1), by_threads, by_bytes});
+  return (g + m - 1) / m * m;
+}
+
+template <typename F>
+void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
+  if (rows * row_work < kParallelMinBytes) return fn(int64_t(0), rows);
+  ThreadPool& pool = cpu_thread_pool();
+  if (pool.size() == 1) return fn(int64_t(0), rows);
+  pool.parallel_for(rows, row_grain(rows, row_work, pool.size(), m), fn);
+}
+}  // namespace
+
+void matvec(const QWeight& w, const float* x, float* y) {
+  const cpu::Kernels& k = kernels();
+  cpu::PreparedX& px = prepared_x();
+  if (!k.prepare_special || !k.prepare_special(w, x, &px)) cpu::prepare_x(w, x, 1, k.lanes, true, &px);
+  for_rows(w.rows, int64_t(w.row_bytes()), 1,
+           [&](int64_t r0, int64_t r1) { k.matvec_rows(w, px, y, r0, r1); });
+}
+
+void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
+  if (T == 1) return matvec(w, x, y);
+  const cpu::Kernels& k = kernels();
+  cpu::PreparedX& px = prepared_x();
+  cpu::prepare_x(w, x, T, k.lanes, false, &px);
+  // Decoding a row costs about as much as 4 tokens' dots over it.
+  const int64_t row_work = int64_t(w.row_bytes()) + T * w.cols;
+  for_rows(w.rows, row_work, 4,
+           [&](int64_t r0, int64_t r1) { k.matmul_rows(w, px, y, w.rows, r0, r1); });
+}
+
+void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, const float* x,
+                   float* out) {
+  MF_ASSERT(gate.rows == up.rows && gate.rows == down.cols && gate.cols == up.cols);
+  thread_local std::vector<float> g, u;
+  g.resize(size_t(gate.rows));
+  u.resize(size_t(up.rows));
+  matvec(gate, x, g.data());
+  matvec(up, x, u.data());
+  swiglu_ref(g.data(), u.data(), gate.rows, g.data());
+  matvec(down, g.data(), out);
+}
+
+void attention(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t n_heads,
+               int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out) {
+  MF_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_ctx > 0);
+  const cpu::Kernels& kn = kernels();
+  const int64_t group = n_heads / n_kv_heads;
+  auto heads = [&](int64_t h0, int64_t h1) {
+    float* p = cpu::scratch(3, size_t(n_ctx));
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t kvh = h / group;
+      const float* qh = q + h * head_dim;
+      for (int64_t t = 0; t < n_ctx; ++t) p[t] = kn.dot(qh, k + (t * n_kv_heads + kvh) * head_dim, head_dim) * scale;
+      softmax_ref(p, n_ctx);
+      float* oh = out + h * v_dim;
+      std::fill(oh, oh + v_dim, 0.0f);
+      for (int64_t t = 0; t < n_ctx; ++t) kn.axpy(p[t], v + (t * n_kv_heads + kvh) * v_dim, oh, v_dim);
+    }
+  };
+  const int64_t per_head = n_ctx * (head_dim + v_dim) * 4;
+  for_rows(n_heads, per_head, 1, heads);
+}
+
+}  // namespace moeflux

@@ -1,0 +1,30 @@
+// Optimised CPU ops: the same signatures and results (within float rounding) as the
+// references in ops/ref/ref.h, dispatched at run time to AVX-512, AVX2 or scalar kernels
+// (core/cpu_features.h: cpu_isa) and split over cpu_thread_pool() when the work pays for it.
+// Tests: tests/ops/test_ops_cpu.cpp (every ISA level vs the reference); bench: bench_ops.
+#pragma once
+#include <cstdint>
+
+#include "ops/qweight.h"
+
+namespace moeflux {
+
+// y (w.rows) = W x (w.cols). Any QWeight format.
+void matvec(const QWeight& w, const float* x, float* y);
+
+// y (T, w.rows) = x (T, w.cols) W^T: batched prefill / grouped experts. Each weight row is
+// decoded once for all T tokens.
+void matmul(const QWeight& w, const float* x, int64_t T, float* y);
+
+// out (down.rows) = down (silu(gate x) * (up x)): one expert (or dense) SwiGLU FFN.
+// PRECOND: gate.rows == up.rows == down.cols, gate.cols == up.cols.
+void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, const float* x,
+                   float* out);
+
+// Causal GQA attention of one query over n_ctx cached positions; as attention_ref.
+// q (n_heads, head_dim); k (n_ctx, n_kv_heads, head_dim); v (n_ctx, n_kv_heads, v_dim);
+// out (n_heads, v_dim).
+void attention(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t n_heads,
+               int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out);
+
+}  // namespace moeflux

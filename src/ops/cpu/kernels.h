@@ -1,0 +1,61 @@
+// Internal interface between the CPU op dispatchers (cpu_ops.cpp) and the per-ISA kernel
+// files (kernels_avx2.cpp, kernels_avx512.cpp, kernels_scalar.cpp). Each ISA file compiles
+// its code under `#pragma GCC target`, so the binary still runs on CPUs without it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "ops/qweight.h"
+
+namespace moeflux::cpu {
+
+// Affine weights with 2-, 4- or 8-bit codes take the fast path: a u32 word holds P = 32 / bits
+// codes, and a vector of L lanes reads L consecutive words, so lane l of word-vector j holds
+// codes j*L*P + l*P + k for k < P. Instead of reordering codes, x is reordered once per call
+// ("lane-interleaved"): chunk j of x holds P vectors, vector k lane l = x[j*L*P + l*P + k].
+// The dot then needs only masks and FMAs per chunk; scales apply per lane. For matvec x is
+// also prescaled ("shifted codes"): vector k (0 < k < P-1) is multiplied by 2^-(bits*k), so
+// code k can be used in place, (v & (mask << bits*k)) converted exactly, without a shift.
+bool affine_fast(const QWeight& w, int lanes);
+
+// x (T, cols) prepared for one weight and one ISA; read-only while rows run in parallel.
+struct PreparedX {
+  int64_t T = 0, cols = 0;
+  bool interleaved = false;  // affine fast path: xs holds lane-interleaved x
+  bool shifted = false;      // interleaved x prescaled for in-place codes (matvec)
+  const float* x = nullptr;  // natural x (T, cols) when !interleaved
+  int64_t stride = 0;        // floats per token in xs (cols padded to whole chunks)
+  int64_t gstride = 0;       // floats per token in gsum (n_groups padded by >= 16 zeros)
+  std::vector<float> xs;     // (T, stride)
+  std::vector<float> gsum;   // (T, gstride): sum of x over each quantisation group
+  // int8 path (CpuIsa::Avx512Vnni, T == 1): x quantised per block of 32 in the byte order of
+  // the codes (kernels_avx512_vnni.cpp); dx the per-block scales (padded with 16 zeros).
+  bool q8 = false;
+  std::vector<int8_t> xq;
+  std::vector<float> dx;
+  const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
+};
+void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px);
+
+struct Kernels {
+  int lanes;  // f32 lanes of one vector (the x layout); 1 for scalar
+  // Optional: prepares x (one token) for an ISA-specific path; false when w does not take it.
+  bool (*prepare_special)(const QWeight& w, const float* x, PreparedX* px);
+  // y[r] for r in [r0, r1), one token.
+  void (*matvec_rows)(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1);
+  // y[t * ldy + r] for r in [r0, r1) and all px.T tokens; each row is decoded once.
+  void (*matmul_rows)(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, int64_t r0,
+                      int64_t r1);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
+};
+
+const Kernels& kernels_scalar();
+const Kernels& kernels_avx2();
+const Kernels& kernels_avx512();
+const Kernels& kernels_avx512_vnni();
+
+// Scratch that lives per thread and only grows (row buffers, per-row scales).
+float* scratch(int slot, size_t n);
+
+}  // namespace moeflux::cpu

@@ -1,0 +1,92 @@
+// Scalar CPU kernels (the CpuIsa::Scalar level) and the ISA-independent helpers: x
+// preparation for the affine fast path and per-thread scratch. The scalar kernels compute
+// exactly what matvec_ref does (dequantise a row, f32 dot), split by rows.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/cpu/kernels.h"
+
+namespace moeflux::cpu {
+
+bool affine_fast(const QWeight& w, int lanes) {
+  if (w.format != WFormat::Affine || lanes < 8) return false;
+  if (w.bits != 2 && w.bits != 4 && w.bits != 8) return false;
+  const int64_t p = 32 / w.bits, chunk = p * lanes, gs = w.group_size;
+  if (gs <= 0 || gs % p != 0 || w.cols % gs != 0) return false;
+  return gs % chunk == 0 || chunk % gs == 0;
+}
+
+void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px) {
+  px->T = T, px->cols = w.cols, px->x = x;
+  px->interleaved = affine_fast(w, lanes);
+  px->shifted = px->interleaved && shifted;
+  px->q8 = false;
+  if (!px->interleaved) return;
+  const int64_t p = 32 / w.bits, chunk = p * lanes, cols = w.cols;
+  const int64_t ng = cols / w.group_size;
+  px->stride = (cols + chunk - 1) / chunk * chunk;
+  px->gstride = (ng + 16 + 15) / 16 * 16;
+  px->xs.assign(size_t(T * px->stride), 0.0f);
+  px->gsum.assign(size_t(T * px->gstride), 0.0f);
+  float scale[16];  // per code position k: 2^-(bits*k) for in-place codes, else 1
+  for (int64_t k = 0; k < p; ++k)
+    scale[k] = px->shifted && k > 0 && k < p - 1 ? std::ldexp(1.0f, -int(w.bits * k)) : 1.0f;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * cols;
+    float* xs = px->xs.data() + t * px->stride;
+    for (int64_t j = 0; j * chunk < cols; ++j)  // no divisions: this runs once per call
+      for (int64_t l = 0; l < lanes && j * chunk + l * p < cols; ++l)
+        for (int64_t k = 0; k < p; ++k)
+          xs[j * chunk + k * lanes + l] = xt[j * chunk + l * p + k] * scale[k];
+    float* gs = px->gsum.data() + t * px->gstride;
+    for (int64_t g = 0; g < ng; ++g) {
+      float s = 0.0f;
+      for (int64_t c = g * w.group_size; c < (g + 1) * w.group_size; ++c) s += xt[c];
+      gs[g] = s;
+    }
+  }
+}
+
+float* scratch(int slot, size_t n) {
+  thread_local std::vector<float> bufs[8];
+  MF_ASSERT(slot >= 0 && slot < 8);
+  if (bufs[slot].size() < n) bufs[slot].resize(n);
+  return bufs[slot].data();
+}
+
+namespace {
+float dot_scalar(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+void axpy_scalar(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void matvec_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  float* row = scratch(0, size_t(w.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    dequant_row_ref(w, r, row);
+    y[r] = dot_scalar(row, px.x, w.cols);
+  }
+}
+
+void matmul_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, int64_t r0,
+                        int64_t r1) {
+  float* row = scratch(0, size_t(w.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    dequant_row_ref(w, r, row);
+    for (int64_t t = 0; t < px.T; ++t) y[t * ldy + r] = dot_scalar(row, px.x + t * w.cols, w.cols);
+  }
+}
+}  // namespace
+
+const Kernels& kernels_scalar() {
+  static const Kernels k{1, nullptr, matvec_rows_scalar, matmul_rows_scalar, dot_scalar, axpy_scalar};
+  return k;
+}
+
+}  // namespace moeflux::cpu
