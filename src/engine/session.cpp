@@ -58,7 +58,7 @@ std::vector<float> Session::forward(std::span<const int32_t> ids, const ForwardO
 
   const int64_t first = opt.all_logits ? 0 : T - 1, V = c.vocab_size;
   std::vector<float> logits(size_t((T - first) * V));
-  for (int64_t t = first; t < T; ++t) matvec(m_.lm_head, x.data() + t * dim, logits.data() + (t - first) * V);
+  matmul(m_.lm_head, x.data() + first * dim, T - first, logits.data());
   return logits;
 }
 

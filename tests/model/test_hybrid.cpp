@@ -95,7 +95,8 @@ TEST_P(HybridTest, PrefillThenDecodeEqualsTokenByToken) {
     auto l = b.forward(std::span<const int32_t>(ids).subspan(i, 1));
     lb.insert(lb.end(), l.begin(), l.end());
   }
-  EXPECT_LE(test::rel_l2(la, lb), 1e-6);
+  // Batched prefill (matmul) and single-token decode (matvec) sum in different orders.
+  EXPECT_LE(test::rel_l2(la, lb), 1e-5);
 }
 
 TEST_P(HybridTest, StateBuffersCarryTheSequence) {

@@ -14,6 +14,8 @@ struct SwiGlu {
   QWeight down;  // (dim, hidden)
   // out (dim) = down(silu(gate x) * up x)
   void apply(const float* x, float* out) const;
+  // The same for T tokens: x (T, dim) -> out (T, dim), each weight row read once.
+  void apply_batch(const float* x, int64_t T, float* out) const;
 };
 
 struct DenseMlp : FeedForward {

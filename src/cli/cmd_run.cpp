@@ -1,0 +1,81 @@
+// `moeflux run`: a prompt in, streamed text out (stdout), statistics at the end (stderr),
+// or one JSON record with --json. --chat renders the prompt with the model's chat template.
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/gen_options.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "model/model.h"
+#include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeflux::cli {
+
+namespace {
+struct RunArgs : GenArgs {
+  std::string prompt, file;
+  bool chat = false, json = false;
+};
+
+void print_stats(const GenerateStats& st, uint64_t seed) {
+  const double pre = st.prefill_s > 0 ? double(st.prefilled_tokens) / st.prefill_s : 0;
+  const double dec = st.decode_s > 0 && st.generated_tokens > 1 ? double(st.generated_tokens - 1) / st.decode_s : 0;
+  std::fprintf(stderr,
+               "\n\nprompt tokens: %lld | generated: %lld (%s) | TTFT %.3f s | prefill %.1f tok/s | decode %.1f tok/s | seed %llu\n",
+               (long long)st.prompt_tokens, (long long)st.generated_tokens, st.stop_reason.c_str(), st.ttft_s, pre,
+               dec, (unsigned long long)seed);
+}
+}  // namespace
+
+Runner register_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
+  add_gen_options(sub, *a);
+  auto* src = sub->add_option_group("prompt");
+  src->add_option("-p,--prompt", a->prompt, "Prompt text");
+  src->add_option("-f,--file", a->file, "Read the prompt from a file");
+  src->require_option(1);
+  sub->add_flag("--chat", a->chat, "Render the prompt as a user message with the chat template");
+  sub->add_flag("--json", a->json, "Print one JSON record (text, tokens, statistics) instead of streaming");
+  return [a]() {
+    std::string prompt = a->file.empty() ? a->prompt : read_text_file(a->file);
+    auto model = load_model(a->model);
+    Tokenizer tok = Tokenizer::load(a->tokenizer_path());
+    GenerateOptions opt = a->options(model_eos_ids(a->model, model->cfg));
+    if (a->chat) {
+      auto t = load_chat_templates(a->tokenizer_path());
+      nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+      if (!a->system.empty()) msgs.push_back({{"role", "system"}, {"content", a->system}});
+      msgs.push_back({{"role", "user"}, {"content", prompt}});
+      prompt = render_chat(t, msgs, nullptr, true);
+    } else if (!a->system.empty()) {
+      fail("--system needs --chat");
+    }
+    auto ids = tok.encode(prompt);
+    if (ids.empty()) fail("the prompt is empty after tokenisation");
+    if (int64_t(ids.size()) >= model->cfg.max_seq_len)
+      fail("prompt of ", ids.size(), " tokens is longer than the model's context (", model->cfg.max_seq_len, ")");
+    Session s(*model);
+    auto st = generate_text(s, tok, ids, opt, [&](const std::string& piece) {
+      if (!a->json) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+    });
+    if (a->json) {
+      nlohmann::ordered_json j = {{"text", st.text}, {"tokens", st.tokens}, {"prompt_tokens", st.prompt_tokens},
+                                  {"generated_tokens", st.generated_tokens}, {"stop_reason", st.stop_reason},
+                                  {"ttft_s", st.ttft_s}, {"prefill_s", st.prefill_s}, {"decode_s", st.decode_s},
+                                  {"seed", opt.sampling.seed}};
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      print_stats(st, opt.sampling.seed);
+    }
+    return 0;
+  };
+}
+
+}  // namespace moeflux::cli
