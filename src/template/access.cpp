@@ -2,6 +2,7 @@
 // templates call, and the global functions (range, namespace, raise_exception, strftime_now,
 // dict). Mutating methods (list.append, dict.update, ...) fail as they do in transformers,
 // which renders in jinja2's ImmutableSandboxedEnvironment.
+#include <algorithm>
 #include <ctime>
 #include <utf8proc.h>
 
@@ -96,9 +97,9 @@ Value string_method(const std::string& s, const std::string& name) {
     return m([s, l, r](CallArgs& a) { return Value::string(py_strip(s, opt_str(a.get(0, "chars"), "chars"), l, r)); });
   }
   if (name == "replace")
-    return m([s](CallArgs& a) {
-      return Value::string(py_replace(s, need_str(a.get(0, "old"), "old"), need_str(a.get(1, "new"), "new"),
-                                      opt_int(a.get(2, "count"), -1, "count")));
+    return callable("str.replace", [s](Renderer& r, CallArgs& a) {
+      return Value::string(replace_checked(r, s, need_str(a.get(0, "old"), "old"), need_str(a.get(1, "new"), "new"),
+                                           opt_int(a.get(2, "count"), -1, "count")));
     });
   if (name == "upper") return m([s](CallArgs&) { return Value::string(py_upper(s)); });
   if (name == "lower") return m([s](CallArgs&) { return Value::string(py_lower(s)); });
@@ -205,6 +206,15 @@ int64_t slice_index(const Value& v) {
 
 }  // namespace
 
+std::string replace_checked(Renderer& r, const std::string& s, const std::string& old, const std::string& repl,
+                            int64_t count) {
+  // Bound the result before building it: "".replace("", big) multiplies sizes.
+  uint64_t hits = old.empty() ? cp_length(s) + 1 : uint64_t(py_count(s, old));
+  if (count >= 0) hits = std::min<uint64_t>(hits, uint64_t(count));
+  if (repl.size() > old.size()) r.check_size(s.size() + size_t(std::min<uint64_t>(hits, r.limits().max_output + 1)) * (repl.size() - old.size()));
+  return py_replace(s, old, repl, count);
+}
+
 Value get_attr(Renderer&, const Value& obj, const std::string& name) {
   switch (obj.kind) {
     case Value::Kind::Undefined: fail(obj.s.empty() ? std::string("value is undefined") : obj.s);
@@ -300,7 +310,7 @@ Value slice_value(const Value& obj, const Value& start_v, const Value& stop_v, c
 
 List iterate(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::List: return *v.list;
+    case Value::Kind::List: charge_work(v.list->size()); return *v.list;
     case Value::Kind::Undefined: return {};
     case Value::Kind::Dict: {
       if (v.dict->is_namespace) fail("'Namespace' object is not iterable");
@@ -310,6 +320,7 @@ List iterate(const Value& v) {
     }
     case Value::Kind::String: {
       List l;
+      charge_work(v.s.size());
       for (char32_t c : decode_utf8(v.s)) {
         std::string one;
         append_utf8(one, c);
@@ -338,6 +349,7 @@ void add_builtin_globals(Dict& g) {
     long double len = step > 0 ? (stop > start ? ((long double)stop - start + step - 1) / step : 0)
                                : (stop < start ? ((long double)start - stop - step - 1) / -(long double)step : 0);
     if (len > kMaxRange) fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    charge_work(uint64_t(len));
     List l;
     for (int64_t k = 0; k < int64_t(len); ++k) l.push_back(Value::integer(start + k * step));
     return Value::make_list(std::move(l));

@@ -180,11 +180,13 @@ Value filter_float(const Value& v, const CallArgs& a) {
   return fallback;
 }
 
-Value filter_indent(const Value& v, const CallArgs& a) {
+Value filter_indent(Renderer& r, const Value& v, const CallArgs& a) {
   const Value* w = arg(a, 0, "width");
   std::string ind = w && w->is_string() ? w->s : std::string(size_t(std::clamp<int64_t>(w && w->kind == Value::Kind::Int ? w->i : 4, 0, 256)), ' ');
   bool first = flag(a, 1, "first", false), blank = flag(a, 2, "blank", false);
-  std::vector<std::string> lines = split_lines(to_str(v) + "\n");
+  std::string text = to_str(v);
+  r.check_size(text.size() * (ind.size() + 1));
+  std::vector<std::string> lines = split_lines(text + "\n");
   std::string rv;
   if (blank) {
     for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + ind : "") + lines[k];
@@ -295,7 +297,7 @@ Value Renderer::apply_filter(const std::string& name, const Value& v, CallArgs& 
   if (name == "replace") {
     const Value *o = arg(a, 0, "old"), *n = arg(a, 1, "new"), *c = arg(a, 2, "count");
     if (!o || !n) fail("replace needs old and new");
-    std::string s = py_replace(to_str(v), to_str(*o), to_str(*n), c && !c->is_none() ? c->i : -1);
+    std::string s = replace_checked(*this, to_str(v), to_str(*o), to_str(*n), c && c->kind == Value::Kind::Int ? c->i : -1);
     check_size(s.size());
     return Value::string(std::move(s));
   }
@@ -386,6 +388,7 @@ Value Renderer::apply_filter(const std::string& name, const Value& v, CallArgs& 
     for (const auto& item : iterate(v)) {
       step();
       Value key = sort_key(*this, item, attribute, cs);
+      charge_work(seen.size());
       if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) continue;
       seen.push_back(key);
       out.push_back(item);
@@ -415,7 +418,7 @@ Value Renderer::apply_filter(const std::string& name, const Value& v, CallArgs& 
     if (v.is_dict() && !v.dict->is_namespace) return Value::undefined("'dict object' has no attribute '" + to_str(*n) + "'");
     return get_attr(*this, v, to_str(*n));
   }
-  if (name == "indent") return filter_indent(v, a);
+  if (name == "indent") return filter_indent(*this, v, a);
   fail("No filter named '", name, "'");
 }
 

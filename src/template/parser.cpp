@@ -13,7 +13,7 @@ namespace moeflux::tpl {
 
 namespace {
 
-constexpr int kMaxParseDepth = 64;
+constexpr int kMaxParseDepth = 200;  // guard levels; one paren level costs about five
 
 class Parser {
  public:

@@ -34,6 +34,7 @@ Value repeat(Renderer& r, const Value& seq, int64_t n) {
   if (n <= 0) return seq.is_string() ? Value::string("") : Value::make_list();
   size_t unit = seq.is_string() ? seq.s.size() : seq.list->size() * 16;
   if (unit != 0 && uint64_t(n) > r.limits().max_output / unit) fail("repeated sequence exceeds the output limit");
+  charge_bytes(size_t(n) * (unit + 1));
   if (seq.is_string()) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.s;
@@ -51,6 +52,7 @@ Value arith(Renderer& r, const std::string& op, const Value& a, const Value& b) 
       return Value::string(a.s + b.s);
     }
     if (a.is_list() && b.is_list()) {
+      charge_work(a.list->size() + b.list->size());
       List l = *a.list;
       l.insert(l.end(), b.list->begin(), b.list->end());
       return Value::make_list(std::move(l));
@@ -149,17 +151,17 @@ Renderer::~Renderer() {
   for (auto& ns : namespaces_) ns->items.clear();
 }
 
-void Renderer::step() {
-  if (++steps_ > limits_.max_steps) fail("template evaluation exceeded ", limits_.max_steps, " steps");
-}
+void Renderer::step() { charge_work(1); }
 
 void Renderer::check_size(size_t bytes) const {
   if (bytes > limits_.max_output) fail("template output exceeds the limit of ", limits_.max_output, " bytes");
+  charge_bytes(bytes);
 }
 
 void Renderer::emit(std::string& out, const std::string& text) {
   total_out_ += text.size();
-  check_size(total_out_);
+  if (total_out_ > limits_.max_output) fail("template output exceeds the limit of ", limits_.max_output, " bytes");
+  charge_bytes(text.size());
   out += text;
 }
 
@@ -169,6 +171,7 @@ std::string Renderer::render(const Value& context) {
   if (context.is_dict())
     for (const auto& kv : context.dict->items) globals->set(kv.first, kv.second);
   scopes_ = {globals, std::make_shared<Dict>()};
+  WorkBudget budget(limits_.max_steps);
   std::string out;
   if (exec(tpl_.body, out) != Flow::Normal) fail("'break' or 'continue' outside a for loop");
   return out;

@@ -40,7 +40,6 @@ class Renderer {
   RenderLimits limits_;
   std::vector<std::shared_ptr<Dict>> scopes_;  // [0]: globals, [1]: template top level
   std::vector<std::shared_ptr<Dict>> namespaces_;  // cleared at the end: breaks reference cycles
-  uint64_t steps_ = 0;
   size_t total_out_ = 0;
   int call_depth_ = 0;
   int loop_depth_ = 0;
@@ -65,6 +64,9 @@ Value get_item(Renderer& r, const Value& obj, const Value& key);
 Value slice_value(const Value& obj, const Value& start, const Value& stop, const Value& step);
 // Items of an iterable (list, dict keys, string code points); Error otherwise.
 List iterate(const Value& v);
+// str.replace with the result size checked against the output limit first.
+std::string replace_checked(Renderer& r, const std::string& s, const std::string& old, const std::string& repl,
+                            int64_t count);
 // Globals every template sees (range, namespace, raise_exception, strftime_now, dict).
 void add_builtin_globals(Dict& globals);
 

@@ -57,6 +57,21 @@ Value Value::make_dict() {
   return v;
 }
 
+namespace {
+thread_local uint64_t g_work_left = UINT64_MAX;
+}  // namespace
+
+void charge_work(uint64_t units) {
+  if (units > g_work_left) {
+    g_work_left = 0;
+    fail("template evaluation exceeded its work limit (steps)");
+  }
+  g_work_left -= units;
+}
+
+WorkBudget::WorkBudget(uint64_t units) : saved_(g_work_left) { g_work_left = units; }
+WorkBudget::~WorkBudget() { g_work_left = saved_; }
+
 const Value* Dict::find(const std::string& key) const {
   for (const auto& kv : items)
     if (kv.first == key) return &kv.second;
@@ -181,6 +196,7 @@ std::string repr_string(const std::string& s) {
 
 void repr_into(std::string& out, const Value& v, int depth) {
   check_depth(depth);
+  charge_bytes(v.is_string() ? v.s.size() : 0);
   switch (v.kind) {
     case Value::Kind::String: out += repr_string(v.s); return;
     case Value::Kind::List:
@@ -234,6 +250,7 @@ std::string py_repr(const Value& v) {
 namespace {
 bool equals_at(const Value& a, const Value& b, int depth) {
   check_depth(depth);
+  charge_work(1);
   if (a.is_number() && b.is_number()) {
     if (a.kind != Value::Kind::Float && b.kind != Value::Kind::Float)
       return (a.kind == Value::Kind::Bool ? a.b : a.i) == (b.kind == Value::Kind::Bool ? b.b : b.i);
@@ -265,6 +282,7 @@ bool equals_at(const Value& a, const Value& b, int depth) {
 
 bool less_at(const Value& a, const Value& b, int depth) {
   check_depth(depth);
+  charge_work(1);
   if (a.is_number() && b.is_number()) {
     if (a.kind != Value::Kind::Float && b.kind != Value::Kind::Float)
       return (a.kind == Value::Kind::Bool ? a.b : a.i) < (b.kind == Value::Kind::Bool ? b.b : b.i);
@@ -319,6 +337,7 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
 
 void json_into(std::string& out, const Value& v, const JsonOptions& opt, int depth) {
   check_depth(depth);
+  charge_bytes(v.is_string() ? v.s.size() : opt.has_indent ? opt.indent.size() * size_t(depth) : 0);
   auto newline = [&](int d) {
     out += '\n';
     for (int k = 0; k < d; ++k) out += opt.indent;

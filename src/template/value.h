@@ -92,4 +92,20 @@ std::string to_json(const Value& v, const JsonOptions& opt);
 
 Value from_json(const nlohmann::ordered_json& j);
 
+// Work units left for the render in progress on this thread, shared by the evaluator and by
+// the value operations that walk nested data or copy bytes, so that shared sub-lists
+// (`[a, a, a]` nested k deep) or repeated big strings cannot turn into an endless render.
+void charge_work(uint64_t units);  // raises Error when the budget is spent
+inline void charge_bytes(size_t bytes) { charge_work(bytes / 256 + 1); }
+class WorkBudget {
+ public:
+  explicit WorkBudget(uint64_t units);
+  ~WorkBudget();
+  WorkBudget(const WorkBudget&) = delete;
+  WorkBudget& operator=(const WorkBudget&) = delete;
+
+ private:
+  uint64_t saved_;
+};
+
 }  // namespace moeflux::tpl
