@@ -31,6 +31,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0, col = 0;
+  int height = 1;  // of this subtree, capped by the parser
   std::string name;
   Value value;
   bool negate = false;

@@ -16,6 +16,9 @@ namespace moeflux::tpl {
 // Guard levels before "nested too deep"; one parenthesis level costs about five, so hostile
 // templates cannot exhaust the stack (checked by fuzz/fuzz_template under ASan).
 constexpr int kMaxParseDepth = 200;
+// Height of one expression tree: bounds the chains (`a+b+c...`, `x|f|g...`, `a.b.c...`) that
+// parse iteratively but evaluate and destroy recursively.
+constexpr int kMaxExprHeight = 300;
 
 class Parser {
  public:
@@ -76,6 +79,22 @@ class Parser {
     e->line = at.line;
     e->col = at.col;
     return e;
+  }
+
+  // Adds a child (null allowed: missing slice parts, no else) and keeps parent.height.
+  void attach(Expr& parent, ExprP child) {
+    grow(parent, child.get());
+    parent.args.push_back(std::move(child));
+  }
+  void attach_kw(Expr& parent, std::string key, ExprP child) {
+    grow(parent, child.get());
+    parent.kwargs.emplace_back(std::move(key), std::move(child));
+  }
+  void grow(Expr& parent, const Expr* child) const {
+    if (!child) return;
+    parent.height = std::max(parent.height, child->height + 1);
+    if (parent.height > kMaxExprHeight)
+      fail("template syntax error at ", parent.line, ":", parent.col, ": expression nested deeper than ", kMaxExprHeight, " levels");
   }
 
   StmtP stmt(Stmt::Kind k, const Token& at) {

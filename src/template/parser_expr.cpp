@@ -13,13 +13,13 @@ ExprP Parser::parse_expression() {
   if (is_name("if")) {
     next();
     auto c = node(Expr::Kind::Cond, at);
-    c->args.push_back(std::move(e));
-    c->args.push_back(parse_or_chain(true));
+    attach(*c, std::move(e));
+    attach(*c, parse_or_chain(true));
     if (is_name("else")) {
       next();
-      c->args.push_back(parse_expression());
+      attach(*c, parse_expression());
     } else {
-      c->args.push_back(nullptr);
+      attach(*c, nullptr);
     }
     return c;
   }
@@ -29,8 +29,8 @@ ExprP Parser::parse_expression() {
 ExprP Parser::binary(const std::string& op, ExprP a, ExprP b, const Token& at) {
   auto e = node(Expr::Kind::Binary, at);
   e->name = op;
-  e->args.push_back(std::move(a));
-  e->args.push_back(std::move(b));
+  attach(*e, std::move(a));
+  attach(*e, std::move(b));
   return e;
 }
 
@@ -62,7 +62,7 @@ ExprP Parser::parse_not() {
     auto e = node(Expr::Kind::Unary, cur());
     e->name = "not";
     next();
-    e->args.push_back(parse_not());
+    attach(*e, parse_not());
     return e;
   }
   return parse_compare();
@@ -141,7 +141,7 @@ ExprP Parser::parse_unary(bool with_filter) {
     e = node(Expr::Kind::Unary, at);
     e->name = cur().text;
     next();
-    e->args.push_back(parse_unary(false));
+    attach(*e, parse_unary(false));
   } else {
     e = parse_primary();
   }
@@ -191,11 +191,11 @@ ExprP Parser::parse_primary() {
     ExprP e = parse_expression();
     if (is_op(",")) {
       auto list = node(Expr::Kind::ListLit, t);
-      list->args.push_back(std::move(e));
+      attach(*list, std::move(e));
       while (is_op(",")) {
         next();
         if (is_op(")")) break;
-        list->args.push_back(parse_expression());
+        attach(*list, parse_expression());
       }
       e = std::move(list);
     }
@@ -208,7 +208,7 @@ ExprP Parser::parse_primary() {
     while (!is_op("]")) {
       if (!e->args.empty()) expect_op(",");
       if (is_op("]")) break;
-      e->args.push_back(parse_expression());
+      attach(*e, parse_expression());
     }
     next();
     return e;
@@ -219,9 +219,9 @@ ExprP Parser::parse_primary() {
     while (!is_op("}")) {
       if (!e->args.empty()) expect_op(",");
       if (is_op("}")) break;
-      e->args.push_back(parse_expression());
+      attach(*e, parse_expression());
       expect_op(":");
-      e->args.push_back(parse_expression());
+      attach(*e, parse_expression());
     }
     next();
     return e;
@@ -237,15 +237,15 @@ ExprP Parser::parse_postfix(ExprP e) {
       if (cur().type == Tok::Name) {
         auto a = node(Expr::Kind::Attr, at);
         a->name = cur().text;
-        a->args.push_back(std::move(e));
+        attach(*a, std::move(e));
         e = std::move(a);
         next();
       } else if (cur().type == Tok::Int) {
         auto a = node(Expr::Kind::Item, at);
         auto idx = node(Expr::Kind::Const, cur());
         idx->value = Value::integer(cur().ival);
-        a->args.push_back(std::move(e));
-        a->args.push_back(std::move(idx));
+        attach(*a, std::move(e));
+        attach(*a, std::move(idx));
         e = std::move(a);
         next();
       } else {
@@ -282,13 +282,13 @@ ExprP Parser::parse_subscript(ExprP obj, const Token& at) {
   if (!is_slice) {
     if (!parts[0]) error(at, "empty subscript");
     auto e = node(Expr::Kind::Item, at);
-    e->args.push_back(std::move(obj));
-    e->args.push_back(std::move(parts[0]));
+    attach(*e, std::move(obj));
+    attach(*e, std::move(parts[0]));
     return e;
   }
   auto e = node(Expr::Kind::Slice, at);
-  e->args.push_back(std::move(obj));
-  for (auto& p : parts) e->args.push_back(std::move(p));
+  attach(*e, std::move(obj));
+  for (auto& p : parts) attach(*e, std::move(p));
   return e;
 }
 
@@ -296,7 +296,7 @@ ExprP Parser::parse_subscript(ExprP obj, const Token& at) {
 ExprP Parser::parse_call(ExprP target, Expr::Kind kind, const Token& at) {
   DepthGuard g(*this);
   auto e = node(kind, at);
-  e->args.push_back(std::move(target));
+  attach(*e, std::move(target));
   expect_op("(");
   bool first = true;
   while (!is_op(")")) {
@@ -307,10 +307,10 @@ ExprP Parser::parse_call(ExprP target, Expr::Kind kind, const Token& at) {
       std::string k = cur().text;
       next();
       next();
-      e->kwargs.emplace_back(k, parse_expression());
+      attach_kw(*e, k, parse_expression());
     } else {
       if (!e->kwargs.empty()) error(cur(), "positional argument after keyword argument");
-      e->args.push_back(parse_expression());
+      attach(*e, parse_expression());
     }
   }
   next();
@@ -341,7 +341,7 @@ ExprP Parser::parse_filter_chain(ExprP e, bool first_is_filter) {
         f = parse_call(std::move(e), Expr::Kind::Filter, at);
       } else {
         f = node(Expr::Kind::Filter, at);
-        f->args.push_back(std::move(e));
+        attach(*f, std::move(e));
       }
       f->name = name;
       e = std::move(f);
@@ -360,12 +360,12 @@ ExprP Parser::parse_filter_chain(ExprP e, bool first_is_filter) {
         t = parse_call(std::move(e), Expr::Kind::Test, at);
       } else {
         t = node(Expr::Kind::Test, at);
-        t->args.push_back(std::move(e));
+        attach(*t, std::move(e));
         bool starts_primary = cur().type == Tok::Name || cur().type == Tok::String || cur().type == Tok::Int ||
                               cur().type == Tok::Float || is_op("(") || is_op("[") || is_op("{");
         if (starts_primary && !is_name("else") && !is_name("or") && !is_name("and")) {
           if (is_name("is")) error(cur(), "you cannot chain multiple tests with is");
-          t->args.push_back(parse_postfix(parse_primary()));
+          attach(*t, parse_postfix(parse_primary()));
         }
       }
       t->name = name;

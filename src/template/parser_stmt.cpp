@@ -218,11 +218,11 @@ ExprP Parser::parse_tuple_or_expression() {
   ExprP e = parse_expression();
   if (!is_op(",")) return e;
   auto list = node(Expr::Kind::ListLit, at);
-  list->args.push_back(std::move(e));
+  attach(*list, std::move(e));
   while (is_op(",")) {
     next();
     if (cur().type == Tok::BlockEnd) break;
-    list->args.push_back(parse_expression());
+    attach(*list, parse_expression());
   }
   return list;
 }

@@ -17,6 +17,18 @@ struct LocatedError : Error {
   using Error::Error;
 };
 
+// Nested evaluation frames (expressions, statements, across macro calls); keeps the
+// recursion well inside an 8 MiB stack even in ASan builds.
+constexpr int kMaxEvalDepth = 1500;
+
+struct DepthScope {
+  int& depth;
+  explicit DepthScope(int& d) : depth(d) {
+    if (++depth > kMaxEvalDepth) fail("template evaluation nested deeper than ", kMaxEvalDepth, " levels");
+  }
+  ~DepthScope() { --depth; }
+};
+
 [[noreturn]] void fail_undefined(const Value& v) {
   fail(v.s.empty() ? std::string("value is undefined") : v.s);
 }
@@ -195,6 +207,7 @@ Renderer::Flow Renderer::exec(const Body& body, std::string& out) {
 
 Renderer::Flow Renderer::exec_stmt(const Stmt& s, std::string& out) {
   try {
+    DepthScope depth(eval_depth_);
     step();
     switch (s.kind) {
       case Stmt::Kind::Data: emit(out, s.text); return Flow::Normal;
@@ -385,6 +398,7 @@ void Renderer::eval_args(const Expr& e, size_t first, CallArgs& args) {
 
 Value Renderer::eval(const Expr& e) {
   try {
+    DepthScope depth(eval_depth_);
     step();
     return eval_inner(e);
   } catch (const LocatedError&) {

@@ -43,6 +43,7 @@ class Renderer {
   size_t total_out_ = 0;
   int call_depth_ = 0;
   int loop_depth_ = 0;
+  int eval_depth_ = 0;  // nested eval / exec_stmt frames, across macro calls
 
   Flow exec(const Body& body, std::string& out);
   Flow exec_stmt(const Stmt& s, std::string& out);

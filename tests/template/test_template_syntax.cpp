@@ -223,6 +223,22 @@ TEST(TemplateSyntax, LimitsStopHostileTemplates) {
   for (int k = 0; k < 200; ++k) nested_ifs += "{% if true %}";
   EXPECT_NE(render_error(nested_ifs).find("nested deeper"), std::string::npos);
   EXPECT_NE(render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("nested deeper"), std::string::npos);
+  // Chains parse in a loop but evaluate recursively: found with directed inputs to the fuzz
+  // target (ASan stack-overflow before the height cap).
+  auto chain = [](const std::string& head, const std::string& link, int n) {
+    std::string t = "{{ " + head;
+    for (int k = 0; k < n; ++k) t += link;
+    return t + " }}";
+  };
+  EXPECT_NE(render_error(chain("1", "+1", 8000)).find("nested deeper"), std::string::npos);
+  EXPECT_NE(render_error(chain("'a'", "|trim", 3000)).find("nested deeper"), std::string::npos);
+  EXPECT_NE(render_error(chain("x", ".a", 8000)).find("nested deeper"), std::string::npos);
+  EXPECT_NE(render_error(chain("x", "()", 5000)).find("nested deeper"), std::string::npos);
+  EXPECT_EQ(render(chain("1", "+1", 250)), "251");
+  std::string macro_chain = "{% macro f(n) %}{% if n < 30 %}{{ f(n+1)";
+  for (int k = 0; k < 280; ++k) macro_chain += " ~ 1";
+  macro_chain += " }}{% endif %}{% endmacro %}{{ f(0) }}";
+  EXPECT_NE(render_error(macro_chain).find("nested deeper"), std::string::npos);
   EXPECT_NE(render_error("{{ 2 ** 64 }}").find("integer overflow"), std::string::npos);
 }
 
