@@ -28,6 +28,7 @@ struct Expr {
     Unary,    // name in {"-", "+", "not"}, args[0]
     Binary,   // name: operator; args[0], args[1]; "and"/"or" short-circuit
     Cond,     // args[0] if args[1] else args[2] (args[2] may be null)
+    Compare,  // args[0] ops[0] args[1] ops[1] args[2] ... (a chained comparison)
   };
   Kind kind;
   int line = 0, col = 0;
@@ -37,6 +38,7 @@ struct Expr {
   bool negate = false;
   std::vector<ExprP> args;
   std::vector<std::pair<std::string, ExprP>> kwargs;
+  std::vector<std::string> ops;  // Compare operators
 };
 
 struct Stmt;

@@ -3,6 +3,7 @@
 // Names are checked at parse time (is_known_filter / is_known_test), as jinja2 does.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -271,7 +272,42 @@ Value filter_map(Renderer& r, const Value& v, const CallArgs& a) {
 bool is_known_filter(const std::string& name) { return kFilters.count(name) > 0; }
 bool is_known_test(const std::string& name) { return kTests.count(name) > 0; }
 
+// Parameter names (after the value) of the filters that take keyword arguments; jinja2 raises
+// TypeError for an unknown keyword or too many positional arguments.
+const std::map<std::string, std::vector<std::string>> kFilterParams = {
+    {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}},
+    {"default", {"default_value", "boolean"}},
+    {"d", {"default_value", "boolean"}},
+    {"trim", {"chars"}},
+    {"replace", {"old", "new", "count"}},
+    {"join", {"d", "attribute"}},
+    {"int", {"default", "base"}},
+    {"float", {"default"}},
+    {"indent", {"width", "first", "blank"}},
+    {"sort", {"reverse", "case_sensitive", "attribute"}},
+    {"unique", {"case_sensitive", "attribute"}},
+    {"dictsort", {"case_sensitive", "by", "reverse"}},
+    {"min", {"case_sensitive", "attribute"}},
+    {"max", {"case_sensitive", "attribute"}},
+    {"sum", {"attribute", "start"}},
+    {"round", {"precision", "method"}},
+    {"attr", {"name"}},
+    {"length", {}}, {"count", {}}, {"upper", {}}, {"lower", {}}, {"capitalize", {}}, {"title", {}},
+    {"string", {}}, {"list", {}}, {"items", {}}, {"first", {}}, {"last", {}}, {"reverse", {}}, {"safe", {}},
+    {"abs", {}}, {"wordcount", {}}, {"escape", {}}, {"e", {}},
+};
+
 Value Renderer::apply_filter(const std::string& name, const Value& v, CallArgs& a) {
+  if (auto it = kFilterParams.find(name); it != kFilterParams.end()) {
+    const auto& params = it->second;
+    if (a.pos.size() > params.size())
+      fail("filter '", name, "' takes at most ", params.size(), " argument(s), got ", a.pos.size());
+    for (size_t k = 0; k < a.kw.size(); ++k) {
+      auto at = std::find(params.begin(), params.end(), a.kw[k].first);
+      if (at == params.end()) fail("filter '", name, "' got an unexpected keyword argument '", a.kw[k].first, "'");
+      if (size_t(at - params.begin()) < a.pos.size()) fail("filter '", name, "' got multiple values for argument '", a.kw[k].first, "'");
+    }
+  }
   if (name == "length" || name == "count") return Value::integer(length_of(v));
   if (name == "default" || name == "d") {
     bool boolean = flag(a, 1, "boolean", false);
@@ -424,6 +460,11 @@ Value Renderer::apply_filter(const std::string& name, const Value& v, CallArgs& 
 
 bool Renderer::apply_test(const std::string& name, const Value& v, CallArgs& a) {
   using K = Value::Kind;
+  static const std::set<std::string> kWithArg = {"divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "<",
+                                                 "lessthan", "gt", ">", "greaterthan", "le", "<=", "ge", ">=",
+                                                 "in", "sameas"};
+  size_t given = a.pos.size() + a.kw.size(), allowed = kWithArg.count(name) ? 1 : 0;
+  if (given > allowed) fail("test_", name, "() takes ", allowed + 1, " positional argument(s) but ", given + 1, " were given");
   auto other = [&]() -> const Value& {
     if (a.pos.empty()) fail("test '", name, "' needs an argument");
     return a.pos[0];

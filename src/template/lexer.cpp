@@ -218,6 +218,11 @@ class Lexer {
         digits();
       }
     }
+    if (!is_float && src_[p] == '0') {
+      // jinja2's integer rule allows no leading zeros: "05" lexes as 0 then 5.
+      e = p + 1;
+      while (e < src_.size() && (src_[e] == '0' || (src_[e] == '_' && e + 1 < src_.size() && src_[e + 1] == '0'))) ++e;
+    }
     std::string text;
     for (size_t k = p; k < e; ++k)
       if (src_[k] != '_') text.push_back(src_[k]);

@@ -68,6 +68,14 @@ class Parser {
     next();
     return n;
   }
+  // A name that can be assigned: not true / false / none in either spelling.
+  std::string expect_target() {
+    const Token& at = cur();
+    std::string n = expect_name();
+    if (n == "true" || n == "false" || n == "none" || n == "True" || n == "False" || n == "None")
+      error(at, "can't assign to '" + n + "'");
+    return n;
+  }
   void expect_block_end() {
     if (cur().type != Tok::BlockEnd) error(cur(), "expected '%}', got " + describe(cur()));
     next();

@@ -69,8 +69,10 @@ ExprP Parser::parse_not() {
 }
 
 ExprP Parser::parse_compare() {
+  // Comparisons chain as in Python: `a < b < c` is `a < b and b < c`, b evaluated once.
   const Token& at = cur();
   ExprP e = parse_math1();
+  ExprP chain;
   while (true) {
     std::string op;
     if (cur().type == Tok::Op && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
@@ -85,9 +87,14 @@ ExprP Parser::parse_compare() {
       next();
       next();
     } else {
-      return e;
+      return chain ? std::move(chain) : std::move(e);
     }
-    e = binary(op, std::move(e), parse_math1(), at);
+    if (!chain) {
+      chain = node(Expr::Kind::Compare, at);
+      attach(*chain, std::move(e));
+    }
+    chain->ops.push_back(op);
+    attach(*chain, parse_math1());
   }
 }
 

@@ -115,11 +115,11 @@ std::vector<std::string> Parser::parse_targets() {
   std::vector<std::string> names;
   bool paren = is_op("(");
   if (paren) next();
-  names.push_back(expect_name());
+  names.push_back(expect_target());
   while (is_op(",")) {
     next();
     if (cur().type != Tok::Name) break;
-    names.push_back(expect_name());
+    names.push_back(expect_target());
   }
   if (paren) expect_op(")");
   return names;
@@ -155,7 +155,7 @@ StmtP Parser::parse_set() {
   next();
   std::vector<std::string> targets;
   std::string attr;
-  std::string first = expect_name();
+  std::string first = expect_target();
   targets.push_back(first);
   if (is_op(".")) {
     next();
@@ -163,7 +163,7 @@ StmtP Parser::parse_set() {
   } else {
     while (is_op(",")) {
       next();
-      targets.push_back(expect_name());
+      targets.push_back(expect_target());
     }
   }
   if (cur().type == Tok::BlockEnd) {
@@ -194,7 +194,7 @@ StmtP Parser::parse_macro() {
   while (!is_op(")")) {
     if (!s->targets.empty()) expect_op(",");
     if (is_op(")")) break;
-    s->targets.push_back(expect_name());
+    s->targets.push_back(expect_target());
     if (is_op("=")) {
       next();
       s->defaults.push_back(parse_expression());

@@ -339,6 +339,7 @@ Value Renderer::make_macro(const Stmt& s) {
   v.kind = Value::Kind::Callable;
   v.fn = std::make_shared<Callable>();
   v.fn->name = s.text;
+  v.fn->is_macro = true;
   const Stmt* macro = &s;
   v.fn->fn = [macro](Renderer& r, CallArgs& a) { return r.invoke_macro(*macro, a); };
   return v;
@@ -415,6 +416,31 @@ Value Renderer::eval_call(const Expr& e) {
   return call(fn, args);
 }
 
+namespace {
+bool compare(const std::string& op, const Value& a, const Value& b) {
+  if (op == "==") return equals(a, b);
+  if (op == "!=") return !equals(a, b);
+  if (op == "<") return less(a, b);
+  if (op == ">") return less(b, a);
+  if (op == "<=") return less(a, b) || equals(a, b);
+  if (op == ">=") return less(b, a) || equals(a, b);
+  if (op == "in") return contains(b, a);
+  if (op == "not in") return !contains(b, a);
+  MF_ASSERT(false);
+  return false;
+}
+}  // namespace
+
+Value Renderer::eval_compare(const Expr& e) {
+  Value left = eval(*e.args[0]);
+  for (size_t k = 0; k < e.ops.size(); ++k) {
+    Value right = eval(*e.args[k + 1]);
+    if (!compare(e.ops[k], left, right)) return Value::boolean(false);
+    left = std::move(right);
+  }
+  return Value::boolean(true);
+}
+
 Value Renderer::eval_binary(const Expr& e) {
   const std::string& op = e.name;
   if (op == "and") {
@@ -432,14 +458,6 @@ Value Renderer::eval_binary(const Expr& e) {
     check_size(s.size());
     return Value::string(std::move(s));
   }
-  if (op == "==") return Value::boolean(equals(a, b));
-  if (op == "!=") return Value::boolean(!equals(a, b));
-  if (op == "<") return Value::boolean(less(a, b));
-  if (op == ">") return Value::boolean(less(b, a));
-  if (op == "<=") return Value::boolean(less(a, b) || equals(a, b));
-  if (op == ">=") return Value::boolean(less(b, a) || equals(a, b));
-  if (op == "in") return Value::boolean(contains(b, a));
-  if (op == "not in") return Value::boolean(!contains(b, a));
   if (op == "%" && a.is_string()) fail("printf-style string formatting ('%' on a string) is not supported");
   return arith(*this, op, a, b);
 }
@@ -500,6 +518,7 @@ Value Renderer::eval_inner(const Expr& e) {
       return Value::number(-v.f);
     }
     case Expr::Kind::Binary: return eval_binary(e);
+    case Expr::Kind::Compare: return eval_compare(e);
     case Expr::Kind::Cond:
       if (truthy(eval(*e.args[1]))) return eval(*e.args[0]);
       return e.args[2] ? eval(*e.args[2]) : Value::undefined("the conditional expression evaluated to no value");

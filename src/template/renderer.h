@@ -54,6 +54,7 @@ class Renderer {
   Value eval(const Expr& e);
   Value eval_inner(const Expr& e);
   Value eval_binary(const Expr& e);
+  Value eval_compare(const Expr& e);
   Value eval_call(const Expr& e);
   void eval_args(const Expr& e, size_t first, CallArgs& args);
   Value make_macro(const Stmt& s);

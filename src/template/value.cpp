@@ -232,7 +232,7 @@ std::string to_str(const Value& v) {
     case Value::Kind::Int: return std::to_string(v.i);
     case Value::Kind::Float: return py_float_repr(v.f);
     case Value::Kind::String: return v.s;
-    case Value::Kind::Callable: return "<function " + v.fn->name + ">";
+    case Value::Kind::Callable: return v.fn->is_macro ? "<Macro '" + v.fn->name + "'>" : "<function " + v.fn->name + ">";
     default: {
       std::string out;
       repr_into(out, v, 0);

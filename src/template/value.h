@@ -65,6 +65,7 @@ struct CallArgs {
 class Renderer;
 struct Callable {
   std::string name;
+  bool is_macro = false;
   std::function<Value(Renderer&, CallArgs&)> fn;
 };
 

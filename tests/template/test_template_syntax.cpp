@@ -80,6 +80,8 @@ TEST(TemplateSyntax, SetNamespaceMacro) {
   EXPECT_EQ(render("{% macro m(a, b) %}[{{ a }}|{{ b is defined }}]{% endmacro %}{{ m(1) }}"), "[1|False]");
   EXPECT_EQ(render("{% filter upper %}ab{{ 'c' }}{% endfilter %}"), "ABC");
   EXPECT_EQ(render("{% generation %}kept{% endgeneration %}"), "kept");
+  EXPECT_EQ(render("{% macro m() %}{% endmacro %}{{ m }}"), "<Macro 'm'>");
+  EXPECT_EQ(render("{{ 0 }}{{ 0.5 }}{{ 00 }}"), "00.50");
   EXPECT_NE(render_error("{% set s = 'x' %}{% set s.a = 1 %}").find("non-namespace"), std::string::npos);
 }
 
@@ -94,6 +96,8 @@ TEST(TemplateSyntax, Operators) {
   EXPECT_EQ(render("{{ 0 or 'x' }}{{ 'a' and 'b' }}{{ not 0 }}{{ not 'a' == 'a' }}"), "xbTrueFalse");
   EXPECT_EQ(render("{{ 'y' if c else 'n' }}{{ 'z' if false }}.", {{"c", true}}), "y.");
   EXPECT_EQ(render("{{ 'a' + 'b' }}{{ [1] + [2] }}{{ 'ab' * 2 }}{{ -(3) }}{{ - 2 ** 2 }}"), "ab[1, 2]abab-34");
+  // Comparisons chain as in Python (found by differential runs against jinja2).
+  EXPECT_EQ(render("{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 'a' in 'abc' in 'xabcx' }}{{ 1 == 1 != 2 }}"), "TrueFalseTrueTrue");
   EXPECT_NE(render_error("{{ 'a' + 1 }}").find("can only concatenate str"), std::string::npos);
   EXPECT_NE(render_error("{{ 1 / 0 }}").find("division by zero"), std::string::npos);
   EXPECT_NE(render_error("{{ 1 < 'a' }}").find("not supported"), std::string::npos);
@@ -205,6 +209,12 @@ TEST(TemplateSyntax, ErrorsNameLineAndColumn) {
   has(render_error("a\n  {{ 1 + 'x' }}"), "2:");
   has(render_error("{% break %}"), "outside a for loop");
   has(render_error("{{ x ! y }}"), "unexpected character '!'");
+  has(render_error("{{ 05 }}"), "1:5: expected '}}'");  // jinja2 integers have no leading zeros
+  has(render_error("{% set none = 1 %}"), "1:8: can't assign to 'none'");
+  has(render_error("{% for true in [1] %}{% endfor %}"), "can't assign to 'true'");
+  has(render_error("{{ 1 is defined(2) }}"), "test_defined() takes 1 positional argument(s) but 2 were given");
+  has(render_error("{{ {}|tojson(sort_kReys=true) }}"), "unexpected keyword argument 'sort_kReys'");
+  has(render_error("{{ 'a'|trim('b', 'c') }}"), "takes at most 1 argument(s)");
 }
 
 TEST(TemplateSyntax, LimitsStopHostileTemplates) {
