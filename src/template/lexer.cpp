@@ -200,7 +200,9 @@ class Lexer {
   size_t lex_number(size_t p) {
     size_t e = p;
     auto digits = [&] {
-      while (e < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[e])) || (src_[e] == '_' && e > p))) ++e;
+      // Python literals: single underscores between digits only.
+      auto digit = [&](size_t k) { return k < src_.size() && std::isdigit(static_cast<unsigned char>(src_[k])); };
+      while (digit(e) || (src_[e] == '_' && e > p && digit(e - 1) && digit(e + 1))) ++e;
     };
     digits();
     bool is_float = false;

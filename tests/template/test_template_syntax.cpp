@@ -81,7 +81,7 @@ TEST(TemplateSyntax, SetNamespaceMacro) {
   EXPECT_EQ(render("{% filter upper %}ab{{ 'c' }}{% endfilter %}"), "ABC");
   EXPECT_EQ(render("{% generation %}kept{% endgeneration %}"), "kept");
   EXPECT_EQ(render("{% macro m() %}{% endmacro %}{{ m }}"), "<Macro 'm'>");
-  EXPECT_EQ(render("{{ 0 }}{{ 0.5 }}{{ 00 }}"), "00.50");
+  EXPECT_EQ(render("{{ 0 }}{{ 0.5 }}{{ 00 }}{{ 1_000 + 1_0.5 }}"), "00.501010.5");
   EXPECT_NE(render_error("{% set s = 'x' %}{% set s.a = 1 %}").find("non-namespace"), std::string::npos);
 }
 
