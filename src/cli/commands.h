@@ -9,5 +9,6 @@ namespace moeflux::cli {
 using Runner = std::function<int()>;
 
 Runner register_logits(CLI::App& app);
+Runner register_tokenize(CLI::App& app);
 
 }  // namespace moeflux::cli

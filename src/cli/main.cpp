@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     runners[app.get_subcommands({})[before]] = run;
   };
   add(moeflux::cli::register_logits);
+  add(moeflux::cli::register_tokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
