@@ -8,6 +8,7 @@ namespace moeflux {
 
 std::string StreamDecoder::step(int32_t id) {
   ids_.push_back(id);
+  if (tok_.is_fallback_byte(id)) return {};
   std::string text = tok_.decode(ids_, skip_special_);
   if (text.size() <= prefix_.size() || utf8_ends_with_replacement(text) || text.compare(0, prefix_.size(), prefix_) != 0)
     return {};

@@ -1,6 +1,7 @@
 // Incremental detokenisation for streaming generation: fed one id at a time, it returns the
 // new text once it is complete UTF-8 (not ending in U+FFFD), decoding a short window of recent
-// ids with the full decoder so spaces come out right; the concatenation of all pieces plus
+// ids with the full decoder so spaces come out right. Runs of ByteFallback <0xNN> tokens are held
+// until another token ends them (they decode as a whole). The concatenation of all pieces plus
 // finish() equals Tokenizer::decode of all ids.
 #pragma once
 #include <cstdint>

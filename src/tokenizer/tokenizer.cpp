@@ -62,6 +62,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& so
     t.pre_tokenizer_ = make_pre_tokenizer(opt("pre_tokenizer"), source + ".pre_tokenizer");
     t.post_ = make_post_processor(opt("post_processor"), source + ".post_processor");
     t.decoder_ = make_decoder(opt("decoder"), source + ".decoder");
+    t.byte_fallback_decoder_ = opt("decoder").dump().find("\"ByteFallback\"") != std::string::npos;
 
     std::vector<AddedToken> added;
     int32_t limit = t.model_->id_limit();
@@ -162,6 +163,12 @@ const std::string* Tokenizer::id_to_token(int32_t id) const {
 bool Tokenizer::is_special(int32_t id) const {
   if (id < 0 || id >= static_cast<int32_t>(added_index_.size()) || added_index_[static_cast<size_t>(id)] < 0) return false;
   return added_.tokens()[static_cast<size_t>(added_index_[static_cast<size_t>(id)])].special;
+}
+
+bool Tokenizer::is_fallback_byte(int32_t id) const {
+  if (!byte_fallback_decoder_) return false;
+  const std::string* t = id_to_token(id);
+  return t && t->size() == 6 && t->compare(0, 3, "<0x") == 0 && (*t)[5] == '>';
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(added_index_.size()); }

@@ -39,6 +39,9 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   const std::string* id_to_token(int32_t id) const;  // nullptr when unknown
   bool is_special(int32_t id) const;
+  // True for <0xNN> tokens when the decoder has ByteFallback: a run of them is decoded as a
+  // whole, so a streaming decoder must not emit text while such a run may still grow.
+  bool is_fallback_byte(int32_t id) const;
   int32_t vocab_size() const;  // max id + 1 over the model and added tokens
   const std::vector<AddedToken>& added_tokens() const { return added_.tokens(); }
 
@@ -52,7 +55,8 @@ class Tokenizer {
   std::unique_ptr<PostProcessor> post_;
   std::unique_ptr<Decoder> decoder_;
   AddedVocab added_;
-  std::vector<int32_t> added_index_;  // id -> index into added tokens, -1 when not added
+  std::vector<int32_t> added_index_;
+  bool byte_fallback_decoder_ = false;  // id -> index into added tokens, -1 when not added
 };
 
 }  // namespace moeflux
