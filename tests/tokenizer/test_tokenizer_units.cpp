@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -158,6 +159,25 @@ TEST(TokenizerNormalizer, UnicodeFormsLowercaseStripReplacePrepend) {
                        {{"type", "Lowercase"}}, {{"type", "Prepend"}, {"prepend", "_"}},
                        {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", "_"}}}}};
   EXPECT_EQ(pieces(load(p), "  \xEF\xBC\xA6\xEF\xBD\x8F\xEF\xBD\x8F \t Bar "), "_|f|o|o|_|b|a|r");
+}
+
+// Found by fuzz_tokenizer_json: a Strip decoder taking two leading spaces must strip them only
+// at the start of the whole text, not at the start of each streaming window.
+TEST(TokenizerStream, StripOfSeveralLeadingSpacesActsOnlyAtTheStart) {
+  json j = tiny({"x", "\xE2\x96\x81", "b", "a"});
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders",
+                   {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                    {{"type", "Fuse"}}, {{"type", "Strip"}, {"content", " "}, {"start", 2}, {"stop", 0}}}}};
+  const Tokenizer t = load(j);
+  for (const std::vector<int32_t>& ids : {std::vector<int32_t>{0, 1, 1, 2}, {1, 1, 1, 2, 1}, {1, 0, 1, 1, 1, 2}}) {
+    StreamDecoder st(t);
+    std::string out;
+    for (int32_t id : ids) out += st.step(id);
+    out += st.finish();
+    EXPECT_EQ(out, t.decode(ids));
+  }
+  EXPECT_EQ(t.decode(std::vector<int32_t>{1, 1, 1, 2}), " b");
 }
 
 TEST(TokenizerUnicode, LossyDecodingReplacesMaximalSubparts) {
