@@ -4,6 +4,7 @@
 // run: build-fuzz/fuzz/fuzz_tokenizer_json -max_len=4096 fuzz/corpus_tokenizer
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -33,7 +34,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string streamed;
     for (int32_t id : ids) streamed += stream.step(id);
     streamed += stream.finish();
-    if (streamed != tok.decode(ids)) __builtin_trap();  // streaming must equal batch decoding
+    if (const std::string batch = tok.decode(ids); streamed != batch) {  // streaming must equal batch decoding
+      std::fprintf(stderr, "stream/batch mismatch\n ids:");
+      for (int32_t id : ids) std::fprintf(stderr, " %d", id);
+      std::fprintf(stderr, "\n streamed: [%s]\n batch:    [%s]\n", streamed.c_str(), batch.c_str());
+      __builtin_trap();
+    }
   } catch (const moeflux::Error&) {
   }
   return 0;

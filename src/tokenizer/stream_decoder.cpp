@@ -1,6 +1,9 @@
 // StreamDecoder: decode(anchor + window) minus decode(anchor + context), emitted when complete.
 #include "tokenizer/stream_decoder.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -8,15 +11,27 @@ namespace moeflux {
 
 StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special_tokens)
     : tok_(tok), skip_special_(skip_special_tokens) {
-  // The anchor: a plain token decoding to one letter, so it ends cleanly and never merges with
-  // what follows (not special, not a fallback byte).
-  for (const char* probe : {"a", "x", "0", "."}) {
+  // The anchor: a plain token decoding to one ASCII letter or digit that does not interact
+  // with its neighbours (not special, not a fallback byte). Tried: the encodings of a few
+  // probes, then the first ids of the vocabulary.
+  const auto usable = [&](int32_t id) {
+    if (tok.is_special(id) || tok.is_fallback_byte(id) || !tok.id_to_token(id)) return false;
+    const std::string one = tok.decode(std::vector<int32_t>{id});
+    return one.size() == 1 && std::isalnum(static_cast<unsigned char>(one[0])) &&
+           tok.decode(std::vector<int32_t>{id, id}) == one + one;
+  };
+  for (const char* probe : {"a", "x", "0"}) {
     const auto ids = tok.encode(probe);
-    if (ids.size() == 1 && !tok.is_special(ids[0]) && !tok.is_fallback_byte(ids[0]) && tok.decode(ids) == probe) {
+    if (ids.size() == 1 && usable(ids[0])) {
       anchor_ = ids[0];
-      break;
+      return;
     }
   }
+  for (int32_t id = 0; id < std::min(tok.vocab_size(), 1 << 16); ++id)
+    if (usable(id)) {
+      anchor_ = id;
+      return;
+    }
 }
 
 std::string StreamDecoder::decode_window() const {
