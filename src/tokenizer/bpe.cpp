@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <queue>
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
@@ -50,7 +49,10 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const Json& m, const std::string& 
   }
 
   const Json* merges = json_opt(m, "merges");
-  if (!merges) return bpe;
+  if (!merges) {
+    bpe->build_merge_table();
+    return bpe;
+  }
   if (!merges->is_array()) fail(where, ".merges: expected an array");
   bpe->merges_.reserve(merges->size());
   for (size_t rank = 0; rank < merges->size(); ++rank) {
@@ -78,7 +80,29 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const Json& m, const std::string& 
     if (!in) fail(at, ": merged token '", merged, "' is not in the vocab");
     bpe->merges_[pair_key(*ia, *ib)] = Merge{static_cast<int32_t>(rank), *in};
   }
+  bpe->build_merge_table();
   return bpe;
+}
+
+void BpeModel::build_merge_table() {
+  size_t slots = 16;
+  while (slots < 2 * merges_.size()) slots *= 2;
+  merge_slots_.assign(slots, MergeSlot{});
+  merge_shift_ = 64 - __builtin_ctzll(slots);
+  for (const auto& [key, m] : merges_) {
+    size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;
+    while (merge_slots_[i].key != kEmpty) i = (i + 1) & (slots - 1);
+    merge_slots_[i] = MergeSlot{key, m};
+  }
+  merges_.clear();
+  char_ids_.assign(kCharTable, -1);
+  if (!prefix_.empty() || !suffix_.empty()) return;  // characters then take a prefix or suffix
+  std::string ch;
+  for (int32_t cp = 0; cp < kCharTable; ++cp) {
+    ch.clear();
+    utf8_append(ch, cp);
+    if (auto id = token_to_id(ch)) char_ids_[static_cast<size_t>(cp)] = *id;
+  }
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
@@ -142,6 +166,15 @@ void BpeModel::encode_uncached(std::string_view word, std::vector<int32_t>& out)
     const size_t len = std::max<size_t>(1, utf8_valid_len(word, i));
     i = std::min(word.size(), i + len);
     std::string_view ch = word.substr(start, i - start);
+    if (len <= 2) {  // code points below 0x800: one table lookup instead of hashing
+      size_t k = start;
+      const int32_t cp = len == 1 && static_cast<uint8_t>(word[start]) >= 0x80 ? -1 : utf8_next(word, k);
+      if (cp >= 0 && cp < kCharTable && char_ids_[static_cast<size_t>(cp)] >= 0) {
+        push(char_ids_[static_cast<size_t>(cp)]);
+        last_unk = false;
+        continue;
+      }
+    }
     if (!prefix_.empty() || !suffix_.empty()) {
       scratch.clear();
       if (start > 0) scratch += prefix_;
@@ -170,24 +203,26 @@ void BpeModel::encode_uncached(std::string_view word, std::vector<int32_t>& out)
   }
   for (size_t k = 0; k + 1 < syms.size(); ++k) syms[k].next = static_cast<int32_t>(k + 1);
 
-  thread_local std::vector<Candidate> heap_store;
-  heap_store.clear();
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(std::greater<>{}, std::move(heap_store));
+  thread_local std::vector<Candidate> heap;  // a min-heap on (rank, pos) through std::*_heap
+  heap.clear();
   const auto consider = [&](int32_t pos) {
     const Symbol& s = syms[static_cast<size_t>(pos)];
     if (s.next < 0) return;
-    auto it = merges_.find(pair_key(s.id, syms[static_cast<size_t>(s.next)].id));
-    if (it != merges_.end()) heap.push({it->second.rank, pos, it->second.new_id});
+    if (const Merge* m = find_merge(s.id, syms[static_cast<size_t>(s.next)].id)) {
+      heap.push_back({m->rank, pos, m->new_id});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+    }
   };
   for (size_t k = 0; k + 1 < syms.size(); ++k) consider(static_cast<int32_t>(k));
   while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
+    const Candidate c = heap.back();
+    heap.pop_back();
     Symbol& s = syms[static_cast<size_t>(c.pos)];
     if (!s.alive || s.next < 0) continue;
     Symbol& n = syms[static_cast<size_t>(s.next)];
-    auto it = merges_.find(pair_key(s.id, n.id));
-    if (it == merges_.end() || it->second.new_id != c.new_id) continue;  // stale entry
+    const Merge* m = find_merge(s.id, n.id);
+    if (!m || m->new_id != c.new_id) continue;  // stale entry
     s.id = c.new_id;
     n.alive = false;
     s.next = n.next;

@@ -41,7 +41,29 @@ class BpeModel {
   }
   void encode_uncached(std::string_view word, std::vector<int32_t>& out) const;
 
+  // Open-addressing table of merges keyed by pair_key (linear probing; kEmpty marks free
+  // slots, never a real key since ids are below 2^31): the merge loop's only hot lookup.
+  static constexpr uint64_t kEmpty = ~0ull;
+  struct MergeSlot {
+    uint64_t key = kEmpty;
+    Merge merge{};
+  };
+  const Merge* find_merge(int32_t a, int32_t b) const {
+    const uint64_t key = pair_key(a, b);
+    for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;; i = (i + 1) & (merge_slots_.size() - 1)) {
+      const MergeSlot& s = merge_slots_[i];
+      if (s.key == key) return &s.merge;
+      if (s.key == kEmpty) return nullptr;
+    }
+  }
+  void build_merge_table();
+  // Id of a one-character token by code point (for code points below kCharTable), -1 if none.
+  static constexpr int32_t kCharTable = 0x800;
+  std::vector<int32_t> char_ids_;
+
   TokenMap vocab_;
+  std::vector<MergeSlot> merge_slots_;
+  int merge_shift_ = 64;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
   std::unordered_map<uint64_t, Merge> merges_;
