@@ -36,6 +36,43 @@ struct MatchData {
 thread_local MatchData tls_match;
 }  // namespace
 
+// Hugging Face compiles these patterns with Oniguruma, whose Unicode \s is the White_Space
+// property; PCRE2's (UCP) lacks U+0085 (NEL). Rewrites \s and \S to include it.
+std::string onig_to_pcre2(std::string_view p) {
+  std::string out;
+  bool in_class = false, class_start = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      const char e = p[++i];
+      if (e == 's') out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+      else if (e == 'S' && !in_class) out += "[^\\s\\x{85}]";
+      else out += {c, e};
+      class_start = false;
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = class_start = true;
+      out += c;
+      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < p.size() && p[i + 1] == ':') {  // [:alpha:]
+      const size_t end = p.find(":]", i + 2);
+      if (end != std::string_view::npos) {
+        out.append(p.substr(i, end + 2 - i));
+        i = end + 1;
+        class_start = false;
+        continue;
+      }
+    }
+    if (in_class && c == ']' && !class_start) in_class = false;
+    class_start = false;
+    out += c;
+  }
+  return out;
+}
+
 Regex::Regex(std::string_view pattern, bool literal, const std::string& where)
     : impl_(std::make_unique<Impl>()) {
   impl_->never = literal && pattern.empty();
@@ -43,7 +80,8 @@ Regex::Regex(std::string_view pattern, bool literal, const std::string& where)
   PCRE2_SIZE off = 0;
   uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
   if (literal) opts = (opts & ~PCRE2_UCP) | PCRE2_LITERAL;  // UCP is meaningless (and refused) here
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err,
+  const std::string translated = literal ? std::string(pattern) : onig_to_pcre2(pattern);
+  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), opts, &err,
                               &off, nullptr);
   if (!impl_->code) {
     PCRE2_UCHAR msg[256];

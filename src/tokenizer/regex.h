@@ -9,6 +9,9 @@
 
 namespace moeflux {
 
+// The pattern with Oniguruma's \s (White_Space, which includes U+0085) spelled for PCRE2.
+std::string onig_to_pcre2(std::string_view pattern);
+
 class Regex {
  public:
   // literal: the pattern is a plain string. `where` names the JSON field for error messages.

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "tokenizer/stream_decoder.h"
+#include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -178,6 +179,21 @@ TEST(TokenizerStream, StripOfSeveralLeadingSpacesActsOnlyAtTheStart) {
     EXPECT_EQ(out, t.decode(ids));
   }
   EXPECT_EQ(t.decode(std::vector<int32_t>{1, 1, 1, 2}), " b");
+}
+
+// Oniguruma's \s is White_Space, which has U+0085 (NEL); PCRE2's lacks it unless rewritten.
+TEST(TokenizerRegex, WhitespaceClassIncludesNelLikeOniguruma) {
+  EXPECT_EQ(onig_to_pcre2(R"(\s+(?!\S)|[^\s\p{L}]|[]\s]|[[:alpha:]\s])"),
+            R"([\s\x{85}]+(?![^\s\x{85}])|[^\s\x{85}\p{L}]|[]\s\x{85}]|[[:alpha:]\s\x{85}])");
+  std::vector<std::pair<size_t, size_t>> m;
+  Regex(R"(\s+)", false, "test").find_all("a\xC2\x85\xE3\x80\x80 b\tc", m);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0], (std::pair<size_t, size_t>{1, 7}));  // NEL + ideographic space + space
+  EXPECT_EQ(m[1], (std::pair<size_t, size_t>{8, 9}));
+  m.clear();
+  Regex(R"([^\s\p{L}]+)", false, "test").find_all("a\xC2\x85!", m);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0], (std::pair<size_t, size_t>{3, 4}));
 }
 
 TEST(TokenizerUnicode, LossyDecodingReplacesMaximalSubparts) {
