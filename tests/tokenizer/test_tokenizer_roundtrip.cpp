@@ -76,6 +76,17 @@ TEST_P(TokenizerRoundTrip, SpecialTokensAreSingleIdsAndSkippable) {
   }
 }
 
+// add_special_tokens=true applies the post-processor: llama2's template puts <s> first; the
+// byte-level post-processors of qwen3 and deepseek_v3 leave the ids alone.
+TEST_P(TokenizerRoundTrip, AddSpecialTokensAppliesThePostProcessor) {
+  const Tokenizer& tok = test::real_tokenizer(GetParam());
+  for (const std::string x : {"Hello world", "", " two  spaces"}) {
+    auto want = tok.encode(x, false);
+    if (GetParam() == "llama2") want.insert(want.begin(), *tok.token_to_id("<s>"));
+    EXPECT_EQ(tok.encode(x, true), want) << x;
+  }
+}
+
 TEST_P(TokenizerRoundTrip, StreamingEqualsBatchOnRandomIds) {
   const Tokenizer& tok = test::real_tokenizer(GetParam());
   std::mt19937 rng(99);
