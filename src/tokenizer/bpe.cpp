@@ -160,7 +160,15 @@ void BpeModel::encode_uncached(std::string_view word, std::vector<int32_t>& out)
     const auto n = static_cast<int32_t>(syms.size());
     syms.push_back({id, n - 1, -1, true});
   };
-  bool last_unk = false;
+  // An unknown character leaves a pending <unk> (fused with the next unknown ones when
+  // fuse_unk); it is written when a known character comes or the word ends. Fallback bytes do
+  // not flush it, so they can come out before it: Hugging Face's order, kept on purpose.
+  bool pending_unk = false;
+  const auto known = [&](int32_t id) {
+    if (pending_unk) push(*unk_id_);
+    pending_unk = false;
+    push(id);
+  };
   for (size_t i = 0; i < word.size();) {
     const size_t start = i;
     const size_t len = std::max<size_t>(1, utf8_valid_len(word, i));
@@ -170,8 +178,7 @@ void BpeModel::encode_uncached(std::string_view word, std::vector<int32_t>& out)
       size_t k = start;
       const int32_t cp = len == 1 && static_cast<uint8_t>(word[start]) >= 0x80 ? -1 : utf8_next(word, k);
       if (cp >= 0 && cp < kCharTable && char_ids_[static_cast<size_t>(cp)] >= 0) {
-        push(char_ids_[static_cast<size_t>(cp)]);
-        last_unk = false;
+        known(char_ids_[static_cast<size_t>(cp)]);
         continue;
       }
     }
@@ -183,24 +190,23 @@ void BpeModel::encode_uncached(std::string_view word, std::vector<int32_t>& out)
       ch = scratch;
     }
     if (auto id = token_to_id(ch)) {
-      push(*id);
-      last_unk = false;
+      known(*id);
       continue;
     }
     if (byte_fallback_) {
-      const std::string_view raw = word.substr(start, i - start);
       bool all = true;
-      for (char c : raw) all &= byte_ids_[static_cast<uint8_t>(c)] >= 0;
+      for (char c : ch) all &= byte_ids_[static_cast<uint8_t>(c)] >= 0;
       if (all) {
-        for (char c : raw) push(byte_ids_[static_cast<uint8_t>(c)]);
-        last_unk = false;
+        for (char c : ch) push(byte_ids_[static_cast<uint8_t>(c)]);
         continue;
       }
     }
-    if (!unk_token_.empty() && !unk_id_) fail("BPE unk_token '", unk_token_, "' is not in the vocab");
-    if (unk_id_ && !(fuse_unk_ && last_unk)) push(*unk_id_);
-    last_unk = unk_id_.has_value();
+    if (unk_token_.empty()) continue;  // no unk token: the character is dropped
+    if (!unk_id_) fail("BPE unk_token '", unk_token_, "' is not in the vocab");
+    if (pending_unk && !fuse_unk_) push(*unk_id_);
+    pending_unk = true;
   }
+  if (pending_unk) push(*unk_id_);
   for (size_t k = 0; k + 1 < syms.size(); ++k) syms[k].next = static_cast<int32_t>(k + 1);
 
   thread_local std::vector<Candidate> heap;  // a min-heap on (rank, pos) through std::*_heap

@@ -89,6 +89,8 @@ TEST(TokenizerBpe, UnknownCharactersUseUnkFusedOrByteFallback) {
   j["model"]["byte_fallback"] = true;
   EXPECT_EQ(pieces(load(j), "a\xC3\xA9" "a"), "a|<0xC3>|<0xA9>|a");
   EXPECT_EQ(pieces(load(j), "a\xC3\xA8"), "a|<unk>");  // <0xA8> is missing: unk instead
+  // A pending unk is written after fallback bytes that follow it (Hugging Face's order).
+  EXPECT_EQ(pieces(load(j), "\xC3\xA8\xC3\xA9" "a"), "<0xC3>|<0xA9>|<unk>|a");
 }
 
 // Hugging Face's documented example: "the-final--countdown" split on "-".
