@@ -43,6 +43,8 @@ Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& so
     root = Json::parse(text.begin(), text.end());
   } catch (const Json::parse_error& e) {
     fail(source, ": invalid JSON at byte ", e.byte, ": ", e.what());
+  } catch (const Json::exception& e) {  // e.g. out_of_range for a number that overflows
+    fail(source, ": invalid JSON: ", e.what());
   }
   Tokenizer t;
   try {

@@ -38,6 +38,7 @@ TEST(TokenizerBadInput, MalformedJsonNamesTheField) {
   expect_text_error("", "invalid JSON");
   expect_text_error("{\"model\": ", "invalid JSON");
   expect_text_error("[1, 2]", "expected a JSON object");
+  expect_text_error("{\"model\": 1e99999}", "invalid JSON");  // found by fuzz_tokenizer_json: number overflow
   expect_error(json::object(), "missing field 'model'");
   json j = base();
   j["model"]["type"] = "Unigram";
