@@ -3,6 +3,7 @@
 // continuing_subword_prefix / end_of_word_suffix. Merging uses a heap over a linked list of
 // symbols (O(n log n) per word), and repeated words hit a cache.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
