@@ -10,5 +10,6 @@ using Runner = std::function<int()>;
 
 Runner register_logits(CLI::App& app);
 Runner register_template(CLI::App& app);
+Runner register_tokenize(CLI::App& app);
 
 }  // namespace moeflux::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   };
   add(moeflux::cli::register_logits);
   add(moeflux::cli::register_template);
+  add(moeflux::cli::register_tokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
