@@ -9,5 +9,9 @@ namespace moeflux::cli {
 using Runner = std::function<int()>;
 
 Runner register_logits(CLI::App& app);
+Runner register_convert(CLI::App& app);
+Runner register_inspect(CLI::App& app);
+Runner register_verify(CLI::App& app);
+Runner register_synth(CLI::App& app);
 
 }  // namespace moeflux::cli

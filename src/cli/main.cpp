@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
     runners[app.get_subcommands({})[before]] = run;
   };
   add(moeflux::cli::register_logits);
+  add(moeflux::cli::register_convert);
+  add(moeflux::cli::register_inspect);
+  add(moeflux::cli::register_verify);
+  add(moeflux::cli::register_synth);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
