@@ -148,6 +148,22 @@ std::vector<OutPart> keep(const QWeight& w) {
   return out;
 }
 
+// Row of `w` as f32; bf16 / f32 sources without the per-element dtype switch.
+void row_f32(const QWeight& w, int64_t r, float* out) {
+  if (w.format == WFormat::Dense && w.dtype == DType::BF16) {
+    const uint8_t* p = w.data + size_t(r) * w.row_bytes();
+    for (int64_t c = 0; c < w.cols; ++c) {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * c, 2);
+      out[c] = bf16_to_f32(h);
+    }
+  } else if (w.format == WFormat::Dense && w.dtype == DType::F32) {
+    std::memcpy(out, w.data + size_t(r) * w.row_bytes(), size_t(w.cols) * 4);
+  } else {
+    dequant_row_ref(w, r, out);
+  }
+}
+
 std::vector<OutPart> to_bf16(const QWeight& w) {
   std::vector<OutPart> out;
   out.push_back(owned_part(".weight", DType::BF16, {w.rows, w.cols}));
@@ -155,11 +171,50 @@ std::vector<OutPart> to_bf16(const QWeight& w) {
   parallel_rows(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(w.cols));
     for (int64_t r = r0; r < r1; ++r) {
-      dequant_row_ref(w, r, row.data());
+      row_f32(w, r, row.data());
       for (int64_t c = 0; c < w.cols; ++c) dst[r * w.cols + c] = f32_to_bf16(row[size_t(c)]);
     }
   });
   return out;
+}
+
+// quantize_row_affine_ref, bit for bit (the tests compare them), restructured for speed:
+// clamping before rounding is equivalent because the bounds are integers, and adding 1.5*2^23
+// rounds |x| < 2^22 to nearest even exactly as nearbyint does (which is a libm call here).
+void quantize_row_affine_fast(const float* x, int64_t cols, int bits, int group, uint32_t* packed,
+                              uint16_t* scales, uint16_t* biases, uint32_t* qtmp) {
+  const float nb = float((1 << bits) - 1);
+  const volatile float magic_v = 12582912.0f;  // volatile: keep the add/sub pair from folding
+  const float magic = magic_v;
+  for (int64_t g = 0; g < cols / group; ++g) {
+    const float* v = x + g * group;
+    float lo = v[0], hi = v[0];
+    for (int k = 1; k < group; ++k) lo = std::min(lo, v[k]), hi = std::max(hi, v[k]);
+    const uint16_t sb = f32_to_bf16(std::max((hi - lo) / nb, 1e-7f));
+    const uint16_t bb = f32_to_bf16(lo);
+    scales[g] = sb, biases[g] = bb;
+    const float s = bf16_to_f32(sb), b = bf16_to_f32(bb);
+    for (int k = 0; k < group; ++k) {
+      const float t = std::min(std::max((v[k] - b) / s, 0.0f), nb);
+      qtmp[g * group + k] = uint32_t((t + magic) - magic);
+    }
+  }
+  const int64_t words = cols * bits / 32;
+  if (bits == 4 || bits == 8 || bits == 2) {
+    const int per = 32 / bits;
+    for (int64_t wi = 0; wi < words; ++wi) {
+      uint32_t acc = 0;
+      for (int k = 0; k < per; ++k) acc |= qtmp[wi * per + k] << (k * bits);
+      packed[wi] = acc;
+    }
+    return;
+  }
+  std::memset(packed, 0, size_t(words) * 4);
+  for (int64_t c = 0; c < cols; ++c) {
+    const uint64_t bit = uint64_t(c) * uint64_t(bits);
+    packed[bit / 32] |= qtmp[c] << (bit % 32);
+    if (bit % 32 + uint64_t(bits) > 32) packed[bit / 32 + 1] |= qtmp[c] >> (32 - bit % 32);
+  }
 }
 
 std::vector<OutPart> to_affine(const QWeight& w, int bits, int group) {
@@ -174,9 +229,10 @@ std::vector<OutPart> to_affine(const QWeight& w, int bits, int group) {
   auto* b = reinterpret_cast<uint16_t*>(out[2].owned.data());
   parallel_rows(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(w.cols));
+    std::vector<uint32_t> qtmp(static_cast<size_t>(w.cols));
     for (int64_t r = r0; r < r1; ++r) {
-      dequant_row_ref(w, r, row.data());
-      quantize_row_affine_ref(row.data(), w.cols, bits, group, q + r * words, s + r * ng, b + r * ng);
+      row_f32(w, r, row.data());
+      quantize_row_affine_fast(row.data(), w.cols, bits, group, q + r * words, s + r * ng, b + r * ng, qtmp.data());
     }
   });
   return out;
