@@ -237,7 +237,7 @@ struct Converter {
       ++stats.n_dense;
     } else {
       const QWeight w = view_linear(linear_src(it), src.config(), -1, 0);
-      auto parts = encode_linear(w, target_for(it.name, w, false));
+      auto parts = encode_linear(w, target_for(it.name, w, false), src.file_backed());
       for (const auto& p : parts) {
         out.add_dense(it.name + p.suffix, p, src.file_backed() && p.owned.empty());
         ++stats.n_dense;

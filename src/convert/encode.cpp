@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/mmap_file.h"
 
 namespace moeflux {
 
@@ -148,6 +149,15 @@ std::vector<OutPart> keep(const QWeight& w) {
   return out;
 }
 
+// Releases the source pages of rows [r0, r1) once they are consumed (see encode_linear).
+struct RowDropper {
+  const QWeight& w;
+  bool on;
+  void operator()(int64_t r0, int64_t r1) const {
+    if (on && r1 > r0) drop_mapped_pages(w.data + size_t(r0) * w.row_bytes(), size_t(r1 - r0) * w.row_bytes());
+  }
+};
+
 // Row of `w` as f32; bf16 / f32 sources without the per-element dtype switch.
 void row_f32(const QWeight& w, int64_t r, float* out) {
   if (w.format == WFormat::Dense && w.dtype == DType::BF16) {
@@ -164,7 +174,7 @@ void row_f32(const QWeight& w, int64_t r, float* out) {
   }
 }
 
-std::vector<OutPart> to_bf16(const QWeight& w) {
+std::vector<OutPart> to_bf16(const QWeight& w, RowDropper drop) {
   std::vector<OutPart> out;
   out.push_back(owned_part(".weight", DType::BF16, {w.rows, w.cols}));
   uint16_t* dst = reinterpret_cast<uint16_t*>(out[0].owned.data());
@@ -173,6 +183,7 @@ std::vector<OutPart> to_bf16(const QWeight& w) {
     for (int64_t r = r0; r < r1; ++r) {
       row_f32(w, r, row.data());
       for (int64_t c = 0; c < w.cols; ++c) dst[r * w.cols + c] = f32_to_bf16(row[size_t(c)]);
+      if ((r + 1 - r0) % 256 == 0 || r + 1 == r1) drop(std::max(r0, r + 1 - 256), r + 1);
     }
   });
   return out;
@@ -217,7 +228,7 @@ void quantize_row_affine_fast(const float* x, int64_t cols, int bits, int group,
   }
 }
 
-std::vector<OutPart> to_affine(const QWeight& w, int bits, int group) {
+std::vector<OutPart> to_affine(const QWeight& w, int bits, int group, RowDropper drop) {
   const int64_t ng = w.cols / group, words = w.cols * bits / 32;
   std::vector<OutPart> out;
   out.push_back(owned_part(".weight", DType::U32, {w.rows, words}));
@@ -233,12 +244,13 @@ std::vector<OutPart> to_affine(const QWeight& w, int bits, int group) {
     for (int64_t r = r0; r < r1; ++r) {
       row_f32(w, r, row.data());
       quantize_row_affine_fast(row.data(), w.cols, bits, group, q + r * words, s + r * ng, b + r * ng, qtmp.data());
+      if ((r + 1 - r0) % 256 == 0 || r + 1 == r1) drop(std::max(r0, r + 1 - 256), r + 1);
     }
   });
   return out;
 }
 
-std::vector<OutPart> to_fp8(const QWeight& w) {
+std::vector<OutPart> to_fp8(const QWeight& w, RowDropper drop) {
   constexpr int64_t B = 128;
   const int64_t br = (w.rows + B - 1) / B, bc = (w.cols + B - 1) / B;
   std::vector<OutPart> out;
@@ -263,6 +275,7 @@ std::vector<OutPart> to_fp8(const QWeight& w) {
           for (int64_t j = 0; j < nc; ++j)
             q[(r0 + i) * w.cols + c0 + j] = f32_to_f8e4m3(strip[size_t(i * w.cols + c0 + j)] / scale);
       }
+      drop(r0, r0 + nr);
     }
   });
   return out;
@@ -270,17 +283,18 @@ std::vector<OutPart> to_fp8(const QWeight& w) {
 
 }  // namespace
 
-std::vector<OutPart> encode_linear(const QWeight& w, const Target& t) {
+std::vector<OutPart> encode_linear(const QWeight& w, const Target& t, bool drop_source) {
+  const RowDropper drop{w, drop_source};
   switch (t.kind) {
     case Target::Kind::Keep: return keep(w);
     case Target::Kind::Bf16:
-      return w.format == WFormat::Dense && w.dtype == DType::BF16 ? keep(w) : to_bf16(w);
+      return w.format == WFormat::Dense && w.dtype == DType::BF16 ? keep(w) : to_bf16(w, drop);
     case Target::Kind::Affine:
       if (w.format == WFormat::Affine && w.bits == t.bits && w.group_size == t.group_size) return keep(w);
-      return to_affine(w, t.bits, t.group_size);
+      return to_affine(w, t.bits, t.group_size, drop);
     case Target::Kind::Fp8:
       if (w.format == WFormat::Fp8Block && w.block_rows == 128 && w.block_cols == 128) return keep(w);
-      return to_fp8(w);
+      return to_fp8(w, drop);
   }
   return {};
 }

@@ -51,7 +51,9 @@ QWeight view_linear(const LinearSrc& s, const ModelConfig& cfg, int64_t expert, 
 bool target_fits(const Target& t, int64_t cols);
 
 // The pack tensors for `w` encoded as `t`. Keep returns views into the source.
-std::vector<OutPart> encode_linear(const QWeight& w, const Target& t);
+// drop_source: w.data lies in a read-only file mapping; its pages are released as rows are
+// consumed, so peak memory stays near the output size even for multi-GB embeddings.
+std::vector<OutPart> encode_linear(const QWeight& w, const Target& t, bool drop_source = false);
 
 // f32 -> e4m3fn, round to nearest even, saturating to +-448; NaN -> 0x7f.
 uint8_t f32_to_f8e4m3(float x);
