@@ -189,7 +189,9 @@ struct Converter {
   Target target_for(const std::string& module, const QWeight& w, bool expert) {
     if (is_router(module)) return Target{};
     Target t = expert && opt.expert_bits_set ? opt.expert_bits : opt.bits;
-    if (t.kind == Target::Kind::Keep && w.format == WFormat::Dense)
+    // Default: a quantised checkpoint keeps every tensor as it is (its float linears were left
+    // unquantised on purpose, e.g. DeepSeek FP8's embeddings); a float one becomes 4-bit.
+    if (t.kind == Target::Kind::Keep && src.config().quant.kind == QuantConfig::Kind::None)
       t = Target{Target::Kind::Affine, 4, opt.bits.group_size};
     if (!target_fits(t, w.cols)) {
       const std::string note = "note: '" + module + "' (" + std::to_string(w.cols) + " inputs) cannot be " +

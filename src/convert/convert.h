@@ -39,7 +39,7 @@ class ConvertSource {
 std::unique_ptr<ConvertSource> open_checkpoint_source(const std::string& dir);
 
 struct ConvertOptions {
-  Target bits;                  // dense linears; Keep: quantised sources keep, float ones -> q4
+  Target bits;                  // dense linears; Keep: quantised checkpoints keep, float ones -> q4
   Target expert_bits;           // routed experts
   bool expert_bits_set = false; // else experts follow `bits`
   bool force = false;           // replace an existing DST
