@@ -94,6 +94,10 @@ ModelConfig pack_model_config(const PackManifest& m, const std::string& what) {
   nlohmann::json cfg = m.config;
   cfg.erase("quantization");
   cfg.erase("quantization_config");
+  // The source's conventions (MLX folds 1 + w into zero-centred norms, stores conv1d as
+  // [C, K, 1]): architecture code must not infer them from `quantization`, which a converted
+  // Hugging Face checkpoint now has too.
+  cfg["moeflux_source_layout"] = m.source_layout;
   if (!affine.empty()) {
     std::map<std::pair<int, int>, size_t> count;
     for (const auto& [mod, q] : affine) ++count[{q.bits, q.group_size}];

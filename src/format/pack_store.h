@@ -37,6 +37,7 @@ class PackStore : public TensorStore {
 // config.json of the source with `quantization` rebuilt from the tensor table: the most
 // common affine spec as default and one override per module that differs, so WeightLoader
 // reads per-tensor (and per-expert) bit widths; FP8 block sizes from the fp8 entries.
+// Adds "moeflux_source_layout": "hf" | "mlx" (the manifest's source_layout).
 ModelConfig pack_model_config(const PackManifest& m, const std::string& what);
 
 // Expert tensor name as the engine sees it.

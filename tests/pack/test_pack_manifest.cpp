@@ -65,6 +65,7 @@ TEST(PackManifest, RuntimeConfigCarriesQuantisation) {
   const ModelConfig c = pack_model_config(sample(), "m.json");
   EXPECT_EQ(c.quant.kind, QuantConfig::Kind::Affine);
   EXPECT_EQ(c.quant.for_module("lm_head").bits, 4);
+  EXPECT_EQ(c.raw.at("moeflux_source_layout"), "hf");
 }
 
 TEST(PackManifest, RejectsBadFields) {
