@@ -11,5 +11,9 @@ using Runner = std::function<int()>;
 Runner register_logits(CLI::App& app);
 Runner register_template(CLI::App& app);
 Runner register_tokenize(CLI::App& app);
+Runner register_convert(CLI::App& app);
+Runner register_inspect(CLI::App& app);
+Runner register_verify(CLI::App& app);
+Runner register_synth(CLI::App& app);
 
 }  // namespace moeflux::cli

@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   add(moeflux::cli::register_logits);
   add(moeflux::cli::register_template);
   add(moeflux::cli::register_tokenize);
+  add(moeflux::cli::register_convert);
+  add(moeflux::cli::register_inspect);
+  add(moeflux::cli::register_verify);
+  add(moeflux::cli::register_synth);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -45,6 +45,12 @@ MmapFile::~MmapFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void drop_mapped_pages(const void* p, size_t n) {
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = uintptr_t(p) / page * page, e = (uintptr_t(p) + n + page - 1) / page * page;
+  if (n > 0) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path, ": cannot open: ", std::strerror(errno));

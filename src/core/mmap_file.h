@@ -23,6 +23,11 @@ class MmapFile {
   size_t size_ = 0;
 };
 
+// Releases the pages of [p, p + n) of a read-only file mapping from this process (they stay
+// in the page cache); keeps RSS bounded while streaming through large mapped files.
+// PRECOND: p lies in a file mapping (on anonymous memory this would discard data).
+void drop_mapped_pages(const void* p, size_t n);
+
 // Reads a whole (small) file into a string; raises Error naming the path on failure.
 std::string read_text_file(const std::string& path);
 

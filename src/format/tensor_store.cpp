@@ -7,15 +7,38 @@
 #include <set>
 
 #include "core/error.h"
+#include "format/pack_store.h"
 
 namespace moeflux {
 
 namespace fs = std::filesystem;
 
+namespace {
+class SafetensorsStore : public TensorStore {
+ public:
+  static std::unique_ptr<TensorStore> open(const std::string& dir);
+
+ private:
+  void add_file(const std::string& path);
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+};
+}  // namespace
+
+bool is_pack_dir(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(dir) / "manifest.json", ec);
+}
+
 std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(dir, ": not a directory");
-  auto s = std::unique_ptr<TensorStore>(new TensorStore());
+  if (is_pack_dir(dir)) return PackStore::open(dir);
+  return SafetensorsStore::open(dir);
+}
+
+std::unique_ptr<TensorStore> SafetensorsStore::open(const std::string& dir) {
+  std::error_code ec;
+  auto s = std::unique_ptr<SafetensorsStore>(new SafetensorsStore());
   s->dir_ = dir;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::set<std::string> files;
@@ -47,7 +70,7 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
   return s;
 }
 
-void TensorStore::add_file(const std::string& path) {
+void SafetensorsStore::add_file(const std::string& path) {
   files_.push_back(std::make_unique<SafetensorsFile>(path));
   for (const auto& t : files_.back()->tensors()) {
     auto [it, inserted] = by_name_.emplace(t.name, &t);

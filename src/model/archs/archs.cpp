@@ -1,9 +1,10 @@
-// model_type dispatch and load_model.
+// model_type dispatch and load_model (checkpoint directories and packs).
 #include "model/archs/archs.h"
 
 #include <utility>
 
 #include "core/error.h"
+#include "format/pack_store.h"
 
 namespace moeflux {
 
@@ -32,14 +33,21 @@ std::vector<std::string> supported_architectures() {
 
 std::unique_ptr<Model> load_model(const std::string& dir) {
   auto m = std::make_unique<Model>();
-  m->cfg = load_model_config(dir);
+  std::unique_ptr<PackStore> pack;
+  if (is_pack_dir(dir)) {
+    pack = PackStore::open(dir);
+    m->cfg = pack->model_config();
+  } else {
+    m->cfg = load_model_config(dir);
+  }
   ArchBuilder build = find_arch(m->cfg.arch);
   if (!build) {
     std::string known;
     for (const auto& a : supported_architectures()) known += (known.empty() ? "" : ", ") + a;
     fail(m->cfg.path, ": unknown architecture model_type '", m->cfg.arch, "' (supported: ", known, ")");
   }
-  m->store = TensorStore::open_dir(dir);
+  if (pack) m->store = std::move(pack);
+  else m->store = TensorStore::open_dir(dir);
   WeightLoader w(*m->store, m->cfg);
   build(*m, w);
   return m;

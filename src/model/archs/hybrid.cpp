@@ -17,7 +17,10 @@ void add_one(std::vector<float>& v) {
 // mlx-lm's conversion stacks the experts into switch_mlp, stores conv1d weights as [C, K, 1]
 // and folds the 1 into the norms in one step, and writes `quantization` when it quantises; any
 // of these marks a checkpoint whose norms already hold 1 + w.
+// A pack records its source's layout (moeflux_source_layout), since converting quantises.
 bool mlx_layout(const WeightLoader& w, const std::vector<bool>& linear) {
+  const std::string layout = w.config().reader().get_string("moeflux_source_layout", "");
+  if (!layout.empty()) return layout == "mlx";
   if (w.config().quant.kind == QuantConfig::Kind::Affine) return true;
   for (size_t i = 0; i < linear.size(); ++i) {
     const std::string p = "model.layers." + std::to_string(i);
