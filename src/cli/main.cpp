@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   add(moeflux::cli::register_logits);
   add(moeflux::cli::register_template);
   add(moeflux::cli::register_tokenize);
+  add(moeflux::cli::register_run);
+  add(moeflux::cli::register_chat);
+  add(moeflux::cli::register_perplexity);
   add(moeflux::cli::register_convert);
   add(moeflux::cli::register_inspect);
   add(moeflux::cli::register_verify);

@@ -1,0 +1,151 @@
+// `moeflux run` / `chat` / `perplexity` as a user runs them: bad arguments exit 1 with a
+// message; same seed gives byte-identical output; chat in a real pseudo-terminal: two turns,
+// the second prefilling only its new tokens, then /exit.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <regex>
+
+#include "util/test_util.h"
+
+namespace moeflux {
+namespace {
+
+const std::string kDemo = std::string(MOEFLUX_SOURCE_DIR) + "/models/demo-qwen3-moe-q4";
+
+std::string run(const std::string& args, int* rc = nullptr) {
+  std::string out;
+  int r = test::run_command(test::moeflux_exe() + " " + args, &out);
+  if (rc) *rc = r;
+  return out;
+}
+
+TEST(RunCli, BadArguments) {
+  struct Case {
+    std::string args, needle;
+  } cases[] = {
+      {"run -m " + kDemo + " -p hi --top-p 1.5", "top-p must be in (0, 1]"},
+      {"run -m " + kDemo + " -p hi --top-p 0", "top-p must be in (0, 1]"},
+      {"run -m " + kDemo + " -p hi --temperature -1", "temperature must be >= 0"},
+      {"run -m /nonexistent/model -p hi", "/nonexistent/model"},
+      {"run -m " + kDemo + " -f " + test::data_dir() + "/demo/heldout.txt", "longer than the model's context"},
+      {"run -m " + kDemo + " -p hi --system x", "--system needs --chat"},
+      {"perplexity -m " + kDemo + " -f " + test::data_dir() + "/demo/heldout.txt --ctx 1", "--ctx must be at least 2"},
+      {"chat -m " + kDemo + " --min-p 2", "min-p must be in [0, 1]"},
+  };
+  for (const auto& c : cases) {
+    int rc = 0;
+    std::string out = run(c.args, &rc);
+    EXPECT_EQ(rc, 1) << c.args << "\n" << out;
+    EXPECT_NE(out.find(c.needle), std::string::npos) << c.args << "\n" << out;
+  }
+  int rc = 0;
+  run("run -m " + kDemo, &rc);  // no prompt
+  EXPECT_NE(rc, 0);
+}
+
+TEST(RunCli, SameSeedByteIdenticalAndStats) {
+  const std::string args = "run -m " + kDemo + " -p 'The house was' -n 24 --seed 7 --temperature 1.0";
+  int rc1 = 0, rc2 = 0;
+  // stdout (the text) only: the statistics on stderr carry timings
+  auto text_of = [](std::string out) { return out.substr(0, out.find("\n\nprompt tokens:")); };
+  std::string a = text_of(run(args, &rc1)), b = text_of(run(args, &rc2));
+  EXPECT_EQ(rc1, 0);
+  EXPECT_EQ(rc2, 0);
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+  std::string with_stats = run(args);
+  EXPECT_NE(with_stats.find("prompt tokens: 3"), std::string::npos) << with_stats;
+  EXPECT_NE(with_stats.find("decode"), std::string::npos);
+  std::string json = run(args + " --json");
+  EXPECT_NE(json.find("\"generated_tokens\":24"), std::string::npos) << json;
+}
+
+// A child in a pseudo-terminal, read until a pattern shows up.
+class Pty {
+ public:
+  explicit Pty(const std::vector<std::string>& argv) {
+    pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
+    if (pid_ == 0) {
+      std::vector<char*> a;
+      for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+      a.push_back(nullptr);
+      setenv("TERM", "dumb", 1);
+      execv(a[0], a.data());
+      _exit(127);
+    }
+  }
+  ~Pty() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  void send(const std::string& s) { ASSERT_EQ(write(fd_, s.data(), s.size()), ssize_t(s.size())); }
+  // Reads until `re` matches the text seen since the last wait (or 60 s pass).
+  std::smatch wait_for(const std::regex& re) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::smatch m;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (std::regex_search(seen_, m, re)) {
+        last_ = seen_;
+        seen_ = m.suffix();
+        return m;
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) > 0) {
+        char buf[4096];
+        ssize_t n = read(fd_, buf, sizeof buf);
+        if (n <= 0) break;
+        seen_.append(buf, size_t(n));
+      }
+    }
+    ADD_FAILURE() << "timed out; output so far:\n" << seen_;
+    return m;
+  }
+  int wait_exit() {
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+
+ private:
+  int fd_ = -1;
+  pid_t pid_ = -1;
+  std::string seen_, last_;
+};
+
+TEST(ChatPty, TwoTurnsSecondPrefillsOnlyNewTokens) {
+  Pty p({test::moeflux_exe(), "chat", "-m", kDemo, "-n", "12", "--temperature", "0"});
+  const std::regex stats(R"(\[prefilled (\d+) tokens \| generated (\d+) \((\w+)\)[^\]]*context (\d+)\])");
+  p.wait_for(std::regex("> "));
+  p.send("Tell me about the jury.\r");
+  auto m1 = p.wait_for(stats);
+  ASSERT_FALSE(m1.empty());
+  const int pre1 = std::stoi(m1[1]), ctx1 = std::stoi(m1[4]);
+  p.wait_for(std::regex("> "));
+  p.send("And then?\r");
+  auto m2 = p.wait_for(stats);
+  ASSERT_FALSE(m2.empty());
+  const int pre2 = std::stoi(m2[1]), gen2 = std::stoi(m2[2]), ctx2 = std::stoi(m2[4]);
+  EXPECT_GT(pre1, 5);
+  // Turn 2 feeds only the end of turn 1 and the new user message: far fewer tokens than the
+  // whole conversation, and the context grows by exactly what was fed and generated.
+  EXPECT_GT(pre2, 0);
+  EXPECT_LT(pre2, ctx1);
+  EXPECT_EQ(ctx2, ctx1 + pre2 + gen2);
+  p.wait_for(std::regex("> "));
+  p.send("/exit\r");
+  EXPECT_EQ(p.wait_exit(), 0);
+}
+
+}  // namespace
+}  // namespace moeflux
