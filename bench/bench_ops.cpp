@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/ceilings.h"
+#include "ops/cpu/ceilings.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_ops.h"

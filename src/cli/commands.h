@@ -14,6 +14,7 @@ Runner register_tokenize(CLI::App& app);
 Runner register_run(CLI::App& app);
 Runner register_chat(CLI::App& app);
 Runner register_perplexity(CLI::App& app);
+Runner register_bench(CLI::App& app);
 Runner register_convert(CLI::App& app);
 Runner register_inspect(CLI::App& app);
 Runner register_verify(CLI::App& app);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add(moeflux::cli::register_run);
   add(moeflux::cli::register_chat);
   add(moeflux::cli::register_perplexity);
+  add(moeflux::cli::register_bench);
   add(moeflux::cli::register_convert);
   add(moeflux::cli::register_inspect);
   add(moeflux::cli::register_verify);

@@ -1,6 +1,6 @@
 // Read-bandwidth and FMA-peak measurements (see ceilings.h). The vector loops are compiled
 // per ISA with target attributes and picked with cpu_isa(), like the kernels.
-#include "ceilings.h"
+#include "ops/cpu/ceilings.h"
 
 #include <immintrin.h>
 

@@ -1,4 +1,4 @@
-// Machine ceilings for bench_ops: memory read bandwidth (a vectorised sum over a large
+// Machine ceilings for bench_ops and moeflux bench: memory read bandwidth (a vectorised sum over a large
 // buffer, split over the thread pool) and FMA peak (independent vector FMA chains per thread),
 // so each op's GB/s or GFLOP/s can be printed as a % of what the machine can do.
 #pragma once

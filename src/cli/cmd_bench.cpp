@@ -1,0 +1,146 @@
+// `moeflux bench`: llama-bench style table. pp<N>: prefill of N random tokens; tg<N>: N tokens
+// decoded one at a time from an empty context; t/s as mean +- sd over -r runs. Decode rows add
+// the weight bytes read per token, the achieved GB/s and its share of the machine's read
+// bandwidth; prefill rows the weight GFLOP/s (2 x parameters used per token) and its share of
+// the FMA peak; both ceilings are measured by this run on the same threads.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/model_stats.h"
+#include "engine/session.h"
+#include "ops/cpu/ceilings.h"
+
+namespace moeflux::cli {
+
+namespace {
+struct BenchArgs {
+  std::string model;
+  int pp = 512, tg = 128, reps = 5, threads = 0;
+  bool json = false;
+};
+
+struct Row {
+  std::string test;
+  double mean = 0, sd = 0;  // tokens/s
+  double gbs = 0, bw_pct = 0, gflops = 0, fma_pct = 0;
+};
+
+std::pair<double, double> mean_sd(const std::vector<double>& v) {
+  double m = 0, s = 0;
+  for (double x : v) m += x;
+  m /= double(v.size());
+  for (double x : v) s += (x - m) * (x - m);
+  return {m, v.size() > 1 ? std::sqrt(s / double(v.size() - 1)) : 0.0};
+}
+
+std::string num(double v, int prec) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1 << 30));
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1 << 20));
+  return buf;
+}
+}  // namespace
+
+Runner register_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* sub = app.add_subcommand("bench", "Benchmark prefill and decode (llama-bench style table)");
+  sub->add_option("-m,--model", a->model, "Model directory or pack")->required();
+  sub->add_option("-p,--n-prompt", a->pp, "Prompt tokens for the prefill test (0: skip)")->check(CLI::Range(0, 1 << 20));
+  sub->add_option("-n,--n-gen", a->tg, "Tokens for the decode test (0: skip)")->check(CLI::Range(0, 1 << 20));
+  sub->add_option("-r,--repetitions", a->reps, "Runs per test")->check(CLI::Range(1, 1000));
+  sub->add_option("-t,--threads", a->threads, "Threads (default: physical cores)")->check(CLI::Range(0, 1024));
+  sub->add_flag("--json", a->json, "Print the results as JSON");
+  return [a]() {
+    set_cpu_threads(a->threads);
+    const int threads = a->threads > 0 ? a->threads : physical_core_count();
+    auto model = load_model(a->model);
+    if (a->pp + 1 > model->cfg.max_seq_len || a->tg + 1 > model->cfg.max_seq_len)
+      fail("test lengths exceed the model's context of ", model->cfg.max_seq_len, " tokens");
+    const ModelStats ms = model_stats(*model);
+    std::fprintf(stderr, "measuring ceilings on %d threads...\n", threads);
+    const double bw = bench::read_bandwidth_gbs(size_t(512) << 20, threads);
+    const double fma = bench::fma_peak_gflops(threads);
+    std::mt19937 rng(42);
+    std::uniform_int_distribution<int32_t> tok(0, int32_t(model->cfg.vocab_size - 1));
+    using Clock = std::chrono::steady_clock;
+    std::vector<Row> rows;
+    Session s(*model);
+    if (a->pp > 0) {
+      std::vector<int32_t> ids(static_cast<size_t>(a->pp));
+      std::vector<double> tps;
+      for (int r = -1; r < a->reps; ++r) {  // r = -1: warm-up
+        for (auto& t : ids) t = tok(rng);
+        s.reset();
+        auto t0 = Clock::now();
+        s.forward(ids, {.all_logits = false});
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (r >= 0) tps.push_back(double(a->pp) / sec);
+      }
+      Row row{"pp" + std::to_string(a->pp)};
+      std::tie(row.mean, row.sd) = mean_sd(tps);
+      row.gflops = row.mean * 2.0 * double(ms.params_per_token) / 1e9;
+      row.fma_pct = 100.0 * row.gflops / fma;
+      rows.push_back(row);
+    }
+    if (a->tg > 0) {
+      std::vector<double> tps;
+      for (int r = -1; r < a->reps; ++r) {
+        s.reset();
+        auto t0 = Clock::now();
+        for (int i = 0; i < a->tg; ++i) {
+          const int32_t id = tok(rng);
+          s.forward(std::span<const int32_t>(&id, 1), {.all_logits = false});
+        }
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (r >= 0) tps.push_back(double(a->tg) / sec);
+      }
+      Row row{"tg" + std::to_string(a->tg)};
+      std::tie(row.mean, row.sd) = mean_sd(tps);
+      row.gbs = row.mean * double(ms.bytes_per_token) / 1e9;
+      row.bw_pct = 100.0 * row.gbs / bw;
+      rows.push_back(row);
+    }
+    const std::string isa(cpu_isa_name(cpu_isa()));
+    if (a->json) {
+      nlohmann::ordered_json j = {{"model", a->model}, {"arch", model->cfg.arch}, {"weight_bytes", ms.weight_bytes},
+                                  {"params", ms.params}, {"bytes_per_token", ms.bytes_per_token},
+                                  {"params_per_token", ms.params_per_token}, {"backend", "cpu"}, {"isa", isa},
+                                  {"threads", threads}, {"read_bw_gbs", bw}, {"fma_peak_gflops", fma},
+                                  {"tests", nlohmann::ordered_json::array()}};
+      for (const auto& r : rows)
+        j["tests"].push_back({{"test", r.test}, {"tps_mean", r.mean}, {"tps_sd", r.sd}, {"gbs", r.gbs},
+                              {"read_bw_pct", r.bw_pct}, {"gflops", r.gflops}, {"fma_pct", r.fma_pct}});
+      std::printf("%s\n", j.dump(1).c_str());
+      return 0;
+    }
+    std::printf("| model | size | params | backend | threads | test | t/s | weights/token | GB/s | %% read bw | GFLOP/s | %% FMA peak |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& r : rows) {
+      const bool tg = r.test[0] == 't';
+      std::printf("| %s | %s | %.2f M | cpu (%s) | %d | %s | %.2f +- %.2f | %s | %s | %s | %s | %s |\n",
+                  model->cfg.arch.c_str(), human_bytes(double(ms.weight_bytes)).c_str(), double(ms.params) / 1e6,
+                  isa.c_str(), threads, r.test.c_str(), r.mean, r.sd,
+                  tg ? human_bytes(double(ms.bytes_per_token)).c_str() : "",
+                  tg ? num(r.gbs, 2).c_str() : "", tg ? num(r.bw_pct, 1).c_str() : "",
+                  tg ? "" : num(r.gflops, 1).c_str(), tg ? "" : num(r.fma_pct, 1).c_str());
+    }
+    std::printf("\nceilings measured now on %d threads: read %.1f GB/s, FMA %.1f GFLOP/s (%s)\n", threads, bw, fma,
+                isa.c_str());
+    return 0;
+  };
+}
+
+}  // namespace moeflux::cli
