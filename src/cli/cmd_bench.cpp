@@ -70,7 +70,7 @@ Runner register_bench(CLI::App& app) {
     if (a->pp + 1 > model->cfg.max_seq_len || a->tg + 1 > model->cfg.max_seq_len)
       fail("test lengths exceed the model's context of ", model->cfg.max_seq_len, " tokens");
     const ModelStats ms = model_stats(*model);
-    std::fprintf(stderr, "measuring ceilings on %d threads...\n", threads);
+    if (!a->json) std::fprintf(stderr, "measuring ceilings on %d threads...\n", threads);
     const double bw = bench::read_bandwidth_gbs(size_t(512) << 20, threads);
     const double fma = bench::fma_peak_gflops(threads);
     std::mt19937 rng(42);

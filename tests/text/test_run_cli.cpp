@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "util/test_util.h"
@@ -65,6 +66,26 @@ TEST(RunCli, SameSeedByteIdenticalAndStats) {
   EXPECT_NE(with_stats.find("decode"), std::string::npos);
   std::string json = run(args + " --json");
   EXPECT_NE(json.find("\"generated_tokens\":24"), std::string::npos) << json;
+}
+
+TEST(BenchCli, TableAndJson) {
+  int rc = 0;
+  std::string table = run("bench -m " + kDemo + " -p 16 -n 4 -r 2 2>/dev/null", &rc);
+  EXPECT_EQ(rc, 0) << table;
+  EXPECT_NE(table.find("| qwen3_moe |"), std::string::npos) << table;
+  EXPECT_NE(table.find("pp16"), std::string::npos);
+  EXPECT_NE(table.find("tg4"), std::string::npos);
+  std::string json = run("bench -m " + kDemo + " -p 16 -n 4 -r 2 --json 2>/dev/null", &rc);
+  auto j = nlohmann::json::parse(json.substr(std::min(json.find('{'), json.size())), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << json;
+  ASSERT_EQ(j["tests"].size(), 2u);
+  EXPECT_GT(j["tests"][0]["tps_mean"].get<double>(), 0);
+  EXPECT_GT(j["read_bw_gbs"].get<double>(), 0);
+  // 15.5 M parameters, of which one embedding row and 4 of 16 experts are used per token
+  EXPECT_NEAR(j["params"].get<double>(), 15.49e6, 0.02e6);
+  EXPECT_LT(j["params_per_token"].get<double>(), j["params"].get<double>() * 0.5);
+  run("bench -m " + kDemo + " -p 100000 2>/dev/null", &rc);
+  EXPECT_EQ(rc, 1);
 }
 
 // A child in a pseudo-terminal, read until a pattern shows up.
