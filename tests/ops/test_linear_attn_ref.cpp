@@ -7,18 +7,13 @@
 #include <random>
 
 #include "ops/ref/linear_attn.h"
+#include "util/random_weights.h"
 #include "util/test_util.h"
 
 namespace moeflux {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 TEST(LinearAttnRef, Conv1dStepsEqualFullCausalConv) {
   for (int64_t K : {1, 2, 4}) {

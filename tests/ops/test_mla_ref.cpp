@@ -8,18 +8,13 @@
 
 #include "core/dtype.h"
 #include "ops/ref/ref.h"
+#include "util/random_weights.h"
 #include "util/test_util.h"
 
 namespace moeflux {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 QWeight dense_f32(const std::vector<float>& w, int64_t rows, int64_t cols) {
   QWeight q;
