@@ -52,6 +52,25 @@ std::vector<SwiGlu> load_experts(const WeightLoader& w, const std::string& moe, 
   return out;
 }
 
+std::unique_ptr<DenseMlp> load_dense_mlp(const WeightLoader& w, const std::string& prefix, int64_t hidden) {
+  auto d = std::make_unique<DenseMlp>();
+  d->dim = w.config().dim;
+  d->mlp = load_swiglu(w, prefix, d->dim, hidden);
+  return d;
+}
+
+std::unique_ptr<MoeFfn> load_moe(const WeightLoader& w, const std::string& moe, const std::string& router,
+                                 int64_t n_experts, int64_t k, int64_t hidden, RouterFn route, SwiGluNames names) {
+  auto f = std::make_unique<MoeFfn>();
+  f->dim = w.config().dim;
+  f->n_experts = n_experts;
+  f->n_experts_active = k;
+  f->router = w.linear(moe + "." + router, n_experts, f->dim);
+  f->route = std::move(route);
+  f->experts = load_experts(w, moe, n_experts, f->dim, hidden, names);
+  return f;
+}
+
 void load_layer_norms(Layer& layer, const WeightLoader& w, const std::string& prefix, int64_t dim) {
   layer.attn_norm = w.vec(prefix + ".input_layernorm.weight", dim);
   layer.ffn_norm = w.vec(prefix + ".post_attention_layernorm.weight", dim);

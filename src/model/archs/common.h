@@ -32,6 +32,15 @@ SwiGlu load_swiglu(const WeightLoader& w, const std::string& prefix, int64_t dim
 std::vector<SwiGlu> load_experts(const WeightLoader& w, const std::string& moe, int64_t n,
                                  int64_t dim, int64_t hidden, SwiGluNames names = {});
 
+// A dense SwiGLU MLP block under `prefix` (e.g. "model.layers.0.mlp").
+std::unique_ptr<DenseMlp> load_dense_mlp(const WeightLoader& w, const std::string& prefix, int64_t hidden);
+
+// A mixture of experts under `moe` with its router `{moe}.{router}` (n_experts, dim) and
+// n_experts SwiGLU experts of `hidden`; shared experts are added by the caller.
+std::unique_ptr<MoeFfn> load_moe(const WeightLoader& w, const std::string& moe, const std::string& router,
+                                 int64_t n_experts, int64_t k, int64_t hidden, RouterFn route,
+                                 SwiGluNames names = {});
+
 // The layer's two RMSNorm weights (input_layernorm, post_attention_layernorm).
 void load_layer_norms(Layer& layer, const WeightLoader& w, const std::string& prefix, int64_t dim);
 

@@ -133,21 +133,14 @@ void build_deepseek_v3(Model& m, const WeightLoader& w) {
     load_layer_norms(layer, w, p, c.dim);
     layer.mixer = load_mla(w, p + ".self_attn", mla);
     if (i < moe_dims.first_dense) {
-      auto d = std::make_unique<DenseMlp>();
-      d->dim = c.dim;
-      d->mlp = load_swiglu(w, p + ".mlp", c.dim, c.hidden_dim);
-      layer.ffn = std::move(d);
+      layer.ffn = load_dense_mlp(w, p + ".mlp", c.hidden_dim);
     } else {
-      auto moe = std::make_unique<MoeFfn>();
-      moe->dim = c.dim;
-      moe->n_experts = n_experts;
-      moe->n_experts_active = moe_dims.route.k;
-      moe->router = w.linear(p + ".mlp.gate", n_experts, c.dim);
       std::vector<float> bias = w.vec(p + ".mlp.gate.e_score_correction_bias", n_experts);
-      moe->route = [params = moe_dims.route, bias = std::move(bias)](const float* logits, int32_t* ids, float* wts) {
-        route_sigmoid_grouped_ref(logits, bias.data(), params, ids, wts);
-      };
-      moe->experts = load_experts(w, p + ".mlp", n_experts, c.dim, moe_dims.moe_hidden);
+      auto moe = load_moe(w, p + ".mlp", "gate", n_experts, moe_dims.route.k, moe_dims.moe_hidden,
+                          [params = moe_dims.route, bias = std::move(bias)](const float* logits, int32_t* ids,
+                                                                             float* wts) {
+                            route_sigmoid_grouped_ref(logits, bias.data(), params, ids, wts);
+                          });
       if (moe_dims.n_shared > 0)
         moe->shared.push_back(
             load_swiglu(w, p + ".mlp.shared_experts", c.dim, moe_dims.moe_hidden * moe_dims.n_shared));

@@ -142,15 +142,10 @@ std::unique_ptr<MoeFfn> load_moe_gated_shared(const WeightLoader& w, const std::
   const int64_t n_experts = r.get_pos_int("num_experts");
   const int64_t k = r.get_pos_int("num_experts_per_tok");
   if (k > n_experts) fail(c.path, ": num_experts_per_tok (", k, ") > num_experts (", n_experts, ")");
-  auto moe = std::make_unique<MoeFfn>();
-  moe->dim = c.dim;
-  moe->n_experts = n_experts;
-  moe->n_experts_active = k;
-  moe->router = w.linear(prefix + ".gate", n_experts, c.dim);
-  moe->route = [n_experts, k, renorm](const float* logits, int32_t* ids, float* wts) {
-    route_softmax_topk_ref(logits, n_experts, k, renorm, ids, wts);
-  };
-  moe->experts = load_experts(w, prefix, n_experts, c.dim, r.get_pos_int("moe_intermediate_size"));
+  auto moe = load_moe(w, prefix, "gate", n_experts, k, r.get_pos_int("moe_intermediate_size"),
+                      [n_experts, k, renorm](const float* logits, int32_t* ids, float* wts) {
+                        route_softmax_topk_ref(logits, n_experts, k, renorm, ids, wts);
+                      });
   moe->shared.push_back(
       load_swiglu(w, prefix + ".shared_expert", c.dim, r.get_pos_int("shared_expert_intermediate_size")));
   moe->shared_gate = w.linear(prefix + ".shared_expert_gate", 1, c.dim);

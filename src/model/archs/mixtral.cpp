@@ -24,16 +24,12 @@ void build_mixtral(Model& m, const WeightLoader& w) {
     auto attn = load_gqa_attention(w, p + ".self_attn", /*qk_norm=*/false);
     attn->window = window;
     layer.mixer = std::move(attn);
-    auto moe = std::make_unique<MoeFfn>();
-    moe->dim = c.dim;
-    moe->n_experts = n_experts;
-    moe->n_experts_active = k;
-    moe->router = w.linear(p + ".block_sparse_moe.gate", n_experts, c.dim);
-    moe->route = [n_experts, k](const float* logits, int32_t* ids, float* wts) {
-      route_topk_softmax_ref(logits, n_experts, k, ids, wts);
-    };
-    moe->experts = load_experts(w, p + ".block_sparse_moe", n_experts, c.dim, hidden, {"w1", "w3", "w2"});
-    layer.ffn = std::move(moe);
+    layer.ffn = load_moe(
+        w, p + ".block_sparse_moe", "gate", n_experts, k, hidden,
+        [n_experts, k](const float* logits, int32_t* ids, float* wts) {
+          route_topk_softmax_ref(logits, n_experts, k, ids, wts);
+        },
+        {"w1", "w3", "w2"});
     m.layers.push_back(std::move(layer));
   }
 }

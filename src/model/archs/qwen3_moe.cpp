@@ -28,23 +28,13 @@ void build_qwen3_moe(Model& m, const WeightLoader& w) {
     layer.mixer = load_gqa_attention(w, p + ".self_attn", /*qk_norm=*/true);
     const bool dense = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end() ||
                        sparse_step <= 0 || (i + 1) % sparse_step != 0;
-    if (dense) {
-      auto d = std::make_unique<DenseMlp>();
-      d->dim = c.dim;
-      d->mlp = load_swiglu(w, p + ".mlp", c.dim, r.get_pos_int("intermediate_size"));
-      layer.ffn = std::move(d);
-    } else {
-      auto moe = std::make_unique<MoeFfn>();
-      moe->dim = c.dim;
-      moe->n_experts = n_experts;
-      moe->n_experts_active = k;
-      moe->router = w.linear(p + ".mlp.gate", n_experts, c.dim);
-      moe->route = [n_experts, k, renorm](const float* logits, int32_t* ids, float* wts) {
-        route_softmax_topk_ref(logits, n_experts, k, renorm, ids, wts);
-      };
-      moe->experts = load_experts(w, p + ".mlp", n_experts, c.dim, moe_hidden);
-      layer.ffn = std::move(moe);
-    }
+    if (dense)
+      layer.ffn = load_dense_mlp(w, p + ".mlp", r.get_pos_int("intermediate_size"));
+    else
+      layer.ffn = load_moe(w, p + ".mlp", "gate", n_experts, k, moe_hidden,
+                           [n_experts, k, renorm](const float* logits, int32_t* ids, float* wts) {
+                             route_softmax_topk_ref(logits, n_experts, k, renorm, ids, wts);
+                           });
     m.layers.push_back(std::move(layer));
   }
 }

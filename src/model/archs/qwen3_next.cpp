@@ -45,10 +45,7 @@ std::unique_ptr<FeedForward> ffn(const WeightLoader& w, int64_t layer, const std
   const bool moe = std::find(mlp_only.begin(), mlp_only.end(), layer) == mlp_only.end() &&
                    r.get_int("num_experts", 0) > 0 && sparse_step > 0 && (layer + 1) % sparse_step == 0;
   if (moe) return load_moe_gated_shared(w, prefix, r.get_bool("norm_topk_prob", true));
-  auto d = std::make_unique<DenseMlp>();
-  d->dim = c.dim;
-  d->mlp = load_swiglu(w, prefix, c.dim, r.get_pos_int("intermediate_size"));
-  return d;
+  return load_dense_mlp(w, prefix, r.get_pos_int("intermediate_size"));
 }
 
 }  // namespace
