@@ -10,12 +10,15 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/stream_options.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/model_stats.h"
 #include "engine/session.h"
 #include "ops/cpu/ceilings.h"
+#include "stream/disk_bench.h"
+#include "stream/stream_report.h"
 
 namespace moeflux::cli {
 
@@ -24,12 +27,16 @@ struct BenchArgs {
   std::string model;
   int pp = 512, tg = 128, reps = 5, threads = 0;
   bool json = false;
+  StreamArgs stream;
 };
 
 struct Row {
   std::string test;
   double mean = 0, sd = 0;  // tokens/s
   double gbs = 0, bw_pct = 0, gflops = 0, fma_pct = 0;
+  double seconds = 0;              // measured runs, warm-up excluded
+  bool streamed = false;           // expert cache statistics of the measured runs:
+  ExpertCacheStats cache;
 };
 
 std::pair<double, double> mean_sd(const std::vector<double>& v) {
@@ -63,33 +70,55 @@ Runner register_bench(CLI::App& app) {
   sub->add_option("-r,--repetitions", a->reps, "Runs per test")->check(CLI::Range(1, 1000));
   sub->add_option("-t,--threads", a->threads, "Threads (default: physical cores)")->check(CLI::Range(0, 1024));
   sub->add_flag("--json", a->json, "Print the results as JSON");
+  add_stream_options(sub, a->stream, false);
   return [a]() {
     set_cpu_threads(a->threads);
     const int threads = a->threads > 0 ? a->threads : physical_core_count();
-    auto model = load_model(a->model);
+    auto model = load_model_cli(a->model, a->stream);
     if (a->pp + 1 > model->cfg.max_seq_len || a->tg + 1 > model->cfg.max_seq_len)
       fail("test lengths exceed the model's context of ", model->cfg.max_seq_len, " tokens");
     const ModelStats ms = model_stats(*model);
     if (!a->json) std::fprintf(stderr, "measuring ceilings on %d threads...\n", threads);
     const double bw = bench::read_bandwidth_gbs(size_t(512) << 20, threads);
     const double fma = bench::fma_peak_gflops(threads);
+    ExpertCache* cache = model->expert_cache.get();
+    double disk = 0;
+    bool disk_direct = false;
+    if (cache) {
+      std::vector<std::string> files;
+      for (size_t i = 0; i < cache->n_layers(); ++i) files.push_back(cache->files().path(int(i)));
+      disk = bench::disk_read_gbs(files, uint64_t(2) << 30, &disk_direct);
+    }
+    // Starts the cache statistics at the first measured run.
+    auto stats_from = [&](int r) {
+      if (cache && r == 0) cache->reset_stats();
+    };
+    auto stats_into = [&](Row& row) {
+      if (cache) row.streamed = true, row.cache = cache->stats();
+    };
     std::mt19937 rng(42);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(model->cfg.vocab_size - 1));
     using Clock = std::chrono::steady_clock;
     std::vector<Row> rows;
     Session s(*model);
     if (a->pp > 0) {
+      double row_seconds = 0;
       std::vector<int32_t> ids(static_cast<size_t>(a->pp));
       std::vector<double> tps;
       for (int r = -1; r < a->reps; ++r) {  // r = -1: warm-up
         for (auto& t : ids) t = tok(rng);
         s.reset();
+        stats_from(r);
         auto t0 = Clock::now();
         s.forward(ids, {.all_logits = false});
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         if (r >= 0) tps.push_back(double(a->pp) / sec);
+        if (r >= 0) row_seconds += sec;
       }
-      Row row{"pp" + std::to_string(a->pp)};
+      Row row;
+      row.test = "pp" + std::to_string(a->pp);
+      row.seconds = row_seconds;
+      stats_into(row);
       std::tie(row.mean, row.sd) = mean_sd(tps);
       row.gflops = row.mean * 2.0 * double(ms.params_per_token) / 1e9;
       row.fma_pct = 100.0 * row.gflops / fma;
@@ -97,8 +126,10 @@ Runner register_bench(CLI::App& app) {
     }
     if (a->tg > 0) {
       std::vector<double> tps;
+      double row_seconds = 0;
       for (int r = -1; r < a->reps; ++r) {
         s.reset();
+        stats_from(r);
         auto t0 = Clock::now();
         for (int i = 0; i < a->tg; ++i) {
           const int32_t id = tok(rng);
@@ -106,8 +137,12 @@ Runner register_bench(CLI::App& app) {
         }
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         if (r >= 0) tps.push_back(double(a->tg) / sec);
+        if (r >= 0) row_seconds += sec;
       }
-      Row row{"tg" + std::to_string(a->tg)};
+      Row row;
+      row.test = "tg" + std::to_string(a->tg);
+      row.seconds = row_seconds;
+      stats_into(row);
       std::tie(row.mean, row.sd) = mean_sd(tps);
       row.gbs = row.mean * double(ms.bytes_per_token) / 1e9;
       row.bw_pct = 100.0 * row.gbs / bw;
@@ -120,9 +155,16 @@ Runner register_bench(CLI::App& app) {
                                   {"params_per_token", ms.params_per_token}, {"backend", "cpu"}, {"isa", isa},
                                   {"threads", threads}, {"read_bw_gbs", bw}, {"fma_peak_gflops", fma},
                                   {"tests", nlohmann::ordered_json::array()}};
-      for (const auto& r : rows)
-        j["tests"].push_back({{"test", r.test}, {"tps_mean", r.mean}, {"tps_sd", r.sd}, {"gbs", r.gbs},
-                              {"read_bw_pct", r.bw_pct}, {"gflops", r.gflops}, {"fma_pct", r.fma_pct}});
+      if (cache) j["disk_read_gbs"] = disk, j["disk_read_direct"] = disk_direct;
+      for (const auto& r : rows) {
+        nlohmann::ordered_json t = {{"test", r.test}, {"tps_mean", r.mean}, {"tps_sd", r.sd}, {"gbs", r.gbs},
+                                    {"read_bw_pct", r.bw_pct}, {"gflops", r.gflops}, {"fma_pct", r.fma_pct}};
+        if (r.streamed) {
+          t["expert_cache"] = stream_stats_json(r.cache, cache->options());
+          t["stall_pct"] = r.seconds > 0 ? 100.0 * r.cache.stall_s / r.seconds : 0.0;
+        }
+        j["tests"].push_back(t);
+      }
       std::printf("%s\n", j.dump(1).c_str());
       return 0;
     }
@@ -139,6 +181,25 @@ Runner register_bench(CLI::App& app) {
     }
     std::printf("\nceilings measured now on %d threads: read %.1f GB/s, FMA %.1f GFLOP/s (%s)\n", threads, bw, fma,
                 isa.c_str());
+    if (cache) {
+      const ExpertCacheOptions& o = cache->options();
+      std::printf("\nexpert streaming: budget %s of %s experts (%s), %s I/O via %s, prefetch %s; disk sequential "
+                  "read %.2f GB/s (%s, measured now)\n\n",
+                  human_bytes(double(o.budget_bytes)).c_str(), human_bytes(double(cache->total_bytes())).c_str(),
+                  std::string(cache_policy_name(o.policy)).c_str(), std::string(io_mode_name(o.io)).c_str(),
+                  std::string(io_engine_name(o.engine)).c_str(), o.prefetch ? "on" : "off", disk,
+                  disk_direct ? "direct" : "buffered");
+      std::printf("| test | t/s | hit %% | hits in flight %% | read GiB | I/O GB/s | stall %% | prefetch precision %% | recall %% |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      for (const auto& r : rows) {
+        const ExpertCacheStats& c = r.cache;
+        const double lk = c.lookups ? double(c.lookups) : 1.0;
+        std::printf("| %s | %.2f | %.1f | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f |\n", r.test.c_str(), r.mean,
+                    100 * c.hit_rate(), 100.0 * double(c.inflight_hits) / lk, double(c.bytes_read) / double(1ull << 30),
+                    c.io_gbs(), r.seconds > 0 ? 100 * c.stall_s / r.seconds : 0.0, 100 * c.precision(),
+                    100 * c.recall());
+      }
+    }
     return 0;
   };
 }

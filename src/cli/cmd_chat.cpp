@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 
@@ -74,12 +75,13 @@ Runner register_chat(CLI::App& app) {
   add_gen_options(sub, *a);
   sub->add_flag("--show-thinking", a->show_thinking, "Show <think> spans (dimmed) instead of hiding them");
   return [a]() {
-    auto model = load_model(a->model);
+    auto model = load_model_cli(a->model, a->stream);
     Tokenizer tok = Tokenizer::load(a->tokenizer_path());
     auto templates = load_chat_templates(a->tokenizer_path());
     GenerateOptions opt = a->options(model_eos_ids(a->model, model->cfg));
     opt.cancel = &g_interrupt;
     ChatSession chat(*model, tok, templates, a->system);
+    const auto started = std::chrono::steady_clock::now();
     const bool color = isatty(STDOUT_FILENO);
     struct sigaction sa {};
     sa.sa_handler = on_sigint;
@@ -120,6 +122,7 @@ Runner register_chat(CLI::App& app) {
       }
     }
     std::fprintf(stderr, "\n");
+    finish_streaming(*model, a->stream, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     return 0;
   };
 }

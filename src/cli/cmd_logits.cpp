@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/parse.h"
+#include "cli/stream_options.h"
 #include "core/error.h"
 #include "engine/generate.h"
 #include "engine/session.h"
@@ -20,6 +21,7 @@ struct LogitsArgs {
   std::string model, ids, out, mla = "absorbed";
   bool decode = false;
   int generate = 0;
+  StreamArgs stream;
 };
 }  // namespace
 
@@ -34,10 +36,11 @@ Runner register_logits(CLI::App& app) {
       ->check(CLI::IsMember({"naive", "absorbed"}));
   sub->add_option("--generate", a->generate, "Also greedily generate N tokens after the ids")
       ->check(CLI::Range(0, 1 << 20));
+  add_stream_options(sub, a->stream);
   return [a]() {
     const auto ids = parse_id_list(a->ids, "--ids");
     auto t0 = std::chrono::steady_clock::now();
-    auto model = load_model(a->model);
+    auto model = load_model_cli(a->model, a->stream);
     set_mla_path(*model, parse_mla_path(a->mla, "--mla"));
     Session s(*model);
     const int64_t V = model->cfg.vocab_size;
@@ -66,6 +69,7 @@ Runner register_logits(CLI::App& app) {
     }
     std::fprintf(stderr, "moeflux logits: %zu tokens%s -> %s (%.2f s)\n", ids.size(),
                  a->decode ? " (decode)" : "", a->out.c_str(), secs);
+    finish_streaming(*model, a->stream, secs);
     return 0;
   };
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/stream_options.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "engine/perplexity.h"
@@ -17,6 +18,7 @@ struct PplArgs {
   std::string model, tokenizer, file;
   int64_t ctx = 512, stride = 0;
   int64_t max_tokens = 0;
+  StreamArgs stream;
 };
 }  // namespace
 
@@ -29,10 +31,11 @@ Runner register_perplexity(CLI::App& app) {
   sub->add_option("-c,--ctx", a->ctx, "Window length in tokens");
   sub->add_option("--stride", a->stride, "Window start step in tokens (default: ctx)");
   sub->add_option("--max-tokens", a->max_tokens, "Only the first N tokens of the file (0: all)");
+  add_stream_options(sub, a->stream);
   return [a]() {
     const std::string text = read_text_file(a->file);
     Tokenizer tok = Tokenizer::load(a->tokenizer.empty() ? a->model : a->tokenizer);
-    auto model = load_model(a->model);
+    auto model = load_model_cli(a->model, a->stream);
     auto ids = tok.encode(text);
     if (a->max_tokens < 0) fail("--max-tokens must be >= 0");
     if (a->max_tokens > 0 && int64_t(ids.size()) > a->max_tokens) ids.resize(size_t(a->max_tokens));
@@ -48,6 +51,7 @@ Runner register_perplexity(CLI::App& app) {
                 ids.size(), (long long)a->ctx, (long long)stride, (long long)r.n_windows, (long long)r.n_scored);
     std::printf("PPL = %.4f +/- %.4f | mean NLL %.5f | %.1f tokens/s\n", r.ppl, r.ppl_err, r.mean_nll,
                 double(ids.size()) / secs);
+    finish_streaming(*model, a->stream, secs);
     return 0;
   };
 }

@@ -42,7 +42,7 @@ Runner register_run(CLI::App& app) {
   sub->add_flag("--json", a->json, "Print one JSON record (text, tokens, statistics) instead of streaming");
   return [a]() {
     std::string prompt = a->file.empty() ? a->prompt : read_text_file(a->file);
-    auto model = load_model(a->model);
+    auto model = load_model_cli(a->model, a->stream);
     Tokenizer tok = Tokenizer::load(a->tokenizer_path());
     GenerateOptions opt = a->options(model_eos_ids(a->model, model->cfg));
     if (a->chat) {
@@ -74,6 +74,7 @@ Runner register_run(CLI::App& app) {
     } else {
       print_stats(st, opt.sampling.seed);
     }
+    finish_streaming(*model, a->stream, st.ttft_s + st.decode_s);
     return 0;
   };
 }

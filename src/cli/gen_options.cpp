@@ -10,6 +10,7 @@ namespace moeflux::cli {
 void add_gen_options(CLI::App* sub, GenArgs& a) {
   sub->add_option("-m,--model", a.model, "Model directory (checkpoint or pack)")->required();
   sub->add_option("--tokenizer", a.tokenizer, "Tokenizer directory (default: the model directory)");
+  add_stream_options(sub, a.stream);
   sub->add_option("-n,--n-predict", a.n_predict, "Maximum tokens to generate")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--temperature,--temp", a.temperature, "Sampling temperature; 0 = greedy");
   sub->add_option("--top-k", a.top_k, "Keep the k most likely tokens; 0 = off");

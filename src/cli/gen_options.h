@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/stream_options.h"
 #include "text/generation.h"
 
 namespace moeflux::cli {
@@ -20,6 +21,7 @@ struct GenArgs {
   int64_t seed = -1;  // -1: random (printed)
   std::vector<std::string> stop;
   std::string system;
+  StreamArgs stream;
 
   GenerateOptions options(const std::vector<int32_t>& eos_ids) const;  // validates
   const std::string& tokenizer_path() const { return tokenizer.empty() ? model : tokenizer; }

@@ -14,6 +14,7 @@ Session::Session(const Model& m) : m_(m) {
 void Session::reset() {
   for (auto& s : states_) s->clear();
   tokens_.clear();
+  broken_ = false;
 }
 
 size_t Session::state_bytes() const {
@@ -24,13 +25,36 @@ size_t Session::state_bytes() const {
 
 std::vector<float> Session::forward(std::span<const int32_t> ids, const ForwardOptions& opt) {
   const ModelConfig& c = m_.cfg;
-  const int64_t T = int64_t(ids.size()), dim = c.dim, pos0 = pos();
+  const int64_t T = int64_t(ids.size()), pos0 = pos();
   if (T == 0) fail("forward: no tokens given");
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= c.vocab_size)
       fail("token id ", ids[i], " at index ", i, " is outside the vocabulary [0, ", c.vocab_size, ")");
   if (pos0 + T > c.max_seq_len)
     fail("context of ", pos0 + T, " tokens exceeds max_position_embeddings ", c.max_seq_len);
+  if (broken_) {  // replay the tokens so far into a clean state
+    const std::vector<int32_t> keep = tokens_;
+    for (auto& s : states_) s->clear();
+    tokens_.clear();
+    try {
+      if (!keep.empty()) run(keep, ForwardOptions{false, nullptr});
+    } catch (...) {
+      tokens_ = keep;
+      throw;
+    }
+    broken_ = false;
+  }
+  try {
+    return run(ids, opt);
+  } catch (...) {
+    broken_ = true;
+    throw;
+  }
+}
+
+std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptions& opt) {
+  const ModelConfig& c = m_.cfg;
+  const int64_t T = int64_t(ids.size()), dim = c.dim, pos0 = pos();
 
   std::vector<float> x(static_cast<size_t>(T * dim)), h(static_cast<size_t>(T * dim)), y(static_cast<size_t>(T * dim));
   for (int64_t t = 0; t < T; ++t) dequant_row_ref(m_.embed, ids[size_t(t)], x.data() + t * dim);

@@ -28,10 +28,14 @@ class Session {
 
   // Runs ids through the model at positions pos() .. pos() + T - 1. Returns logits
   // (T, vocab_size), or (1, vocab_size) when !opt.all_logits. Error (state unchanged) for ids
-  // outside the vocabulary or a context longer than max_position_embeddings.
+  // outside the vocabulary or a context longer than max_position_embeddings. An error during
+  // the pass (an expert that cannot be read) leaves the tokens so far unchanged: the next call
+  // first rebuilds the state from them.
   std::vector<float> forward(std::span<const int32_t> ids, const ForwardOptions& opt = {});
 
  private:
+  std::vector<float> run(std::span<const int32_t> ids, const ForwardOptions& opt);
+  bool broken_ = false;  // the state is out of step with tokens_ (a pass failed midway)
   const Model& m_;
   std::vector<std::unique_ptr<LayerState>> states_;
   std::vector<int32_t> tokens_;

@@ -14,6 +14,8 @@
 
 namespace moeflux {
 
+class ExpertCache;
+
 // One named f32 buffer of a LayerState. `grows`: its length follows the sequence (a KV
 // cache); otherwise it has a fixed size set by the Mixer (a recurrent or conv state).
 struct StateBuffer {
@@ -65,6 +67,9 @@ struct Model {
   QWeight lm_head;                // (vocab_size, dim)
   std::vector<float> final_norm;  // (dim)
   std::vector<Layer> layers;
+  // Expert streaming (stream/streaming.h): the host cache the MoE blocks read experts from;
+  // null when experts are read through the memory map.
+  std::shared_ptr<ExpertCache> expert_cache;
 };
 
 // Opens a checkpoint directory (config.json + safetensors), dispatching on model_type.

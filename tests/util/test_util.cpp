@@ -55,6 +55,16 @@ TempDir::TempDir() {
   path_ = p;
 }
 
+TempDir::TempDir(const std::string& parent) {
+  std::filesystem::create_directories(parent);
+  std::string tmpl = parent + "/moeflux_test_XXXXXX";
+  char* p = mkdtemp(tmpl.data());
+  if (!p) std::abort();
+  path_ = p;
+}
+
+std::string scratch_dir() { return MOEFLUX_TEST_SCRATCH; }
+
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);

@@ -31,6 +31,7 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 class TempDir {
  public:
   TempDir();
+  explicit TempDir(const std::string& parent);  // under `parent` (created if needed)
   ~TempDir();
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
@@ -38,6 +39,10 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A directory in the build tree (a real disk file system, where O_DIRECT works; /tmp may
+// be tmpfs).
+std::string scratch_dir();
 
 // Path of the built moeflux executable (set by CMake).
 std::string moeflux_exe();

@@ -68,6 +68,7 @@ std::unique_ptr<MoeFfn> load_moe(const WeightLoader& w, const std::string& moe, 
   f->router = w.linear(moe + "." + router, n_experts, f->dim);
   f->route = std::move(route);
   f->experts = load_experts(w, moe, n_experts, f->dim, hidden, names);
+  f->prefix = moe;
   return f;
 }
 

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "ops/cpu/cpu_ops.h"
+#include "stream/expert_cache.h"
 #include "ops/ref/ref.h"
 
 namespace moeflux {
@@ -21,29 +23,99 @@ void SwiGlu::apply_batch(const float* x, int64_t T, float* out) const {
 
 void DenseMlp::forward(const float* x, int64_t T, float* out) const { mlp.apply_batch(x, T, out); }
 
+namespace {
+
+QWeight rebased(QWeight w, const uint8_t* from, const uint8_t* to) {
+  auto move = [&](const uint8_t*& p) {
+    if (p) p = to + (p - from);
+  };
+  move(w.data);
+  move(w.scales);
+  move(w.biases);
+  move(w.block_scales);
+  return w;
+}
+
+SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to) {
+  return SwiGlu{rebased(s.gate, from, to), rebased(s.up, from, to), rebased(s.down, from, to)};
+}
+
+// Distinct ids of a routing, ascending.
+std::vector<int32_t> distinct(std::vector<int32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+}  // namespace
+
+void MoeFfn::route_tokens(const float* x, int64_t T, int32_t* ids, float* weights) const {
+  std::vector<float> logits(static_cast<size_t>(T * n_experts));
+  matmul(router, x, T, logits.data());
+  for (int64_t t = 0; t < T; ++t)
+    route(logits.data() + t * n_experts, ids + t * n_experts_active, weights + t * n_experts_active);
+}
+
+void MoeFfn::prefetch_next(const float* x, int64_t T) const {
+  if (!next || !next->cache) return;
+  const size_t n = size_t(T * next->n_experts_active);
+  std::vector<int32_t> ids(n);
+  std::vector<float> w(n);
+  next->route_tokens(x, T, ids.data(), w.data());
+  ids = distinct(std::move(ids));
+  next->cache->prefetch(next->cache_layer, ids);
+}
+
 void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   const int64_t K = n_experts_active;
-  std::vector<float> logits(static_cast<size_t>(T * n_experts)), w(static_cast<size_t>(T * K));
+  std::vector<float> w(static_cast<size_t>(T * K));
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
-  matmul(router, x, T, logits.data());
-  for (int64_t t = 0; t < T; ++t) route(logits.data() + t * n_experts, ids.data() + t * K, w.data() + t * K);
+  route_tokens(x, T, ids.data(), w.data());
   // Group the batch by expert so that each routed expert's weights are read once per batch.
   std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(n_experts));
   for (int64_t i = 0; i < T * K; ++i) by_expert[size_t(ids[size_t(i)])].emplace_back(i / K, w[size_t(i)]);
-  std::fill(out, out + T * dim, 0.0f);
-  std::vector<float> xe, ye;
-  for (int64_t e = 0; e < n_experts; ++e) {
+  const std::vector<int32_t> used = distinct(ids);
+  // Each used expert's output rows go to their own slice of ys, summed in id order at the end.
+  std::vector<size_t> at(static_cast<size_t>(n_experts), 0);
+  size_t total = 0;
+  for (int32_t e : used) at[size_t(e)] = total, total += by_expert[size_t(e)].size() * size_t(dim);
+  std::vector<float> ys(total), xe;
+  auto run = [&](int32_t e, const SwiGlu& s) {
     const auto& toks = by_expert[size_t(e)];
-    if (toks.empty()) continue;
     const int64_t n = int64_t(toks.size());
     xe.resize(size_t(n * dim));
-    ye.resize(size_t(n * dim));
     for (int64_t j = 0; j < n; ++j) std::copy_n(x + toks[size_t(j)].first * dim, dim, xe.data() + j * dim);
-    experts[size_t(e)].apply_batch(xe.data(), n, ye.data());
-    for (int64_t j = 0; j < n; ++j) {
-      float* ot = out + toks[size_t(j)].first * dim;
-      const float wt = toks[size_t(j)].second;
-      for (int64_t i = 0; i < dim; ++i) ot[i] += wt * ye[size_t(j * dim + i)];
+    s.apply_batch(xe.data(), n, ys.data() + at[size_t(e)]);
+  };
+  if (!cache) {
+    for (int32_t e : used) run(e, experts[size_t(e)]);
+  } else {
+    // Windows of experts the cache budget holds; all reads of a window are issued at once,
+    // the next layer's prefetch right after the first window's demand reads.
+    const size_t win = cache->window(cache_layer);
+    for (size_t i0 = 0; i0 < used.size(); i0 += win) {
+      const std::span<const int32_t> part(used.data() + i0, std::min(win, used.size() - i0));
+      auto refs = cache->fetch(cache_layer, part);
+      if (i0 == 0 && cache->options().prefetch) prefetch_next(x, T);
+      std::vector<bool> done(part.size(), false);
+      for (int pass = 0; pass < 2; ++pass)  // what is in memory first, then wait in order
+        for (size_t j = 0; j < part.size(); ++j) {
+          if (done[j] || (pass == 0 && !refs[j].ready())) continue;
+          const int32_t e = part[j];
+          run(e, rebased(experts[size_t(e)], record_base[size_t(e)], refs[j].wait()));
+          done[j] = true;
+          refs[j].release();
+        }
+    }
+  }
+  std::fill(out, out + T * dim, 0.0f);
+  for (int32_t e : used) {
+    const auto& toks = by_expert[size_t(e)];
+    for (size_t j = 0; j < toks.size(); ++j) {
+      float* ot = out + toks[j].first * dim;
+      const float* ye = ys.data() + at[size_t(e)] + j * size_t(dim);
+      const float wt = toks[j].second;
+      for (int64_t i = 0; i < dim; ++i) ot[i] += wt * ye[i];
     }
   }
   if (shared.empty()) return;
@@ -52,7 +124,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     matmul(shared_gate, x, T, scale.data());
     for (auto& g : scale) g = 1.0f / (1.0f + std::exp(-g));
   }
-  ye.resize(size_t(T * dim));
+  std::vector<float> ye(static_cast<size_t>(T * dim));
   for (const auto& s : shared) {
     s.apply_batch(x, T, ye.data());
     for (int64_t t = 0; t < T; ++t)

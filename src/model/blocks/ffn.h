@@ -8,6 +8,8 @@
 
 namespace moeflux {
 
+class ExpertCache;
+
 struct SwiGlu {
   QWeight gate;  // (hidden, dim)
   QWeight up;    // (hidden, dim)
@@ -37,7 +39,24 @@ struct MoeFfn : FeedForward {
   std::vector<SwiGlu> shared;
   QWeight shared_gate;
   bool has_shared_gate = false;
+  std::string prefix;  // the module, e.g. "model.layers.3.mlp"
+
+  // Expert streaming (stream/streaming.h). With a cache, expert e's bytes come from
+  // cache->fetch(cache_layer, ...): the pointers of experts[e] are rebased from record_base[e]
+  // onto the fetched record. `next` (the following MoE layer) is prefetched with its own
+  // router applied to this layer's input. Results are identical with or without a cache:
+  // experts are summed in ascending id order whatever order their bytes arrive in.
+  ExpertCache* cache = nullptr;
+  int cache_layer = -1;
+  std::vector<const uint8_t*> record_base;
+  const MoeFfn* next = nullptr;
+
   void forward(const float* x, int64_t T, float* out) const override;
+  // Routes x (T, dim): ids and weights (T, n_experts_active).
+  void route_tokens(const float* x, int64_t T, int32_t* ids, float* weights) const;
+
+ private:
+  void prefetch_next(const float* x, int64_t T) const;
 };
 
 }  // namespace moeflux

@@ -1,0 +1,75 @@
+// Expert streaming options: parsing into StreamOptions, the end-of-run report.
+#include "cli/stream_options.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "format/pack_store.h"
+#include "stream/routing_profile.h"
+#include "stream/stream_report.h"
+
+namespace moeflux::cli {
+
+void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
+  auto* g = sub->add_option_group("expert streaming (packs)");
+  g->add_option("--expert-cache", a.expert_cache,
+                "Host memory for experts: auto, a size (8G, 512M) or a share of all experts (30%)");
+  g->add_option("--io", a.io, "Expert reads: buffered (page cache), direct (O_DIRECT), mmap (no cache)")
+      ->check(CLI::IsMember({"buffered", "direct", "mmap"}));
+  g->add_option("--io-engine", a.engine, "pread (reader threads) or uring (io_uring)")
+      ->check(CLI::IsMember({"pread", "uring"}));
+  g->add_option("--io-threads", a.io_threads, "Reader threads (pread) or queue depth (uring)")
+      ->check(CLI::Range(1, 256));
+  g->add_option("--cache-policy", a.policy, "Eviction: lru or lfu (frequency, LRU among equals)")
+      ->check(CLI::IsMember({"lru", "lfu"}));
+  g->add_flag("--no-prefetch", a.no_prefetch, "Do not prefetch the next layer's predicted experts");
+  g->add_flag("--verify-experts", a.verify, "Check every expert record's crc32 before use");
+  g->add_option("--pin-profile", a.pin_profile, "Routing profile (JSON) whose most used experts stay resident");
+  g->add_option("--pin-share", a.pin_share, "Share of the cache the pinned experts may take")
+      ->check(CLI::Range(0.0, 1.0));
+  g->add_option("--save-profile", a.save_profile, "Write this run's expert usage counts (a routing profile)");
+  g->add_flag("--mlock", a.mlock, "Lock the dense weights in RAM");
+  if (with_stats) g->add_flag("--stats", a.stats, "Print expert cache statistics to stderr");
+}
+
+StreamOptions StreamArgs::options() const {
+  StreamOptions o;
+  o.enabled = io != "mmap";
+  o.budget = expert_cache;
+  o.cache.io = io == "direct" ? IoMode::Direct : IoMode::Buffered;
+  o.cache.engine = engine == "uring" ? IoEngine::Uring : IoEngine::Pread;
+  o.cache.io_threads = io_threads;
+  o.cache.policy = policy == "lfu" ? CachePolicy::Lfu : CachePolicy::Lru;
+  o.cache.prefetch = !no_prefetch;
+  o.cache.verify = verify;
+  o.pin_profile = pin_profile;
+  o.pin_share = pin_share;
+  o.mlock_dense = mlock;
+  if (!o.enabled && (verify || !pin_profile.empty() || !save_profile.empty()))
+    fail("--verify-experts, --pin-profile and --save-profile need the expert cache (not --io mmap)");
+  parse_cache_budget(expert_cache, 1);  // syntax check before loading anything
+  return o;
+}
+
+std::unique_ptr<Model> load_model_cli(const std::string& dir, const StreamArgs& a) {
+  auto m = load_model(dir, a.options());
+  if (!m->expert_cache && (!a.save_profile.empty() || !a.pin_profile.empty()))
+    fail(dir, ": --save-profile / --pin-profile need a pack (convert the checkpoint first)");
+  return m;
+}
+
+void finish_streaming(const Model& m, const StreamArgs& a, double elapsed_s) {
+  if (!m.expert_cache) {
+    if (a.stats) std::fprintf(stderr, "expert cache: not in use (checkpoint directory or --io mmap)\n");
+    return;
+  }
+  const ExpertCache& c = *m.expert_cache;
+  if (!a.save_profile.empty()) {
+    std::vector<ExpertLayer> layers;
+    for (size_t i = 0; i < c.n_layers(); ++i) layers.push_back(c.layer(int(i)));
+    save_routing_profile(a.save_profile, layers, c.access_counts());
+  }
+  if (a.stats) std::fprintf(stderr, "%s", format_stream_stats(c.stats(), c.options(), elapsed_s).c_str());
+}
+
+}  // namespace moeflux::cli

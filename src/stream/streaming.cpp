@@ -1,0 +1,114 @@
+// attach_expert_streaming, budget parsing, the dense-weight mlock.
+#include "stream/streaming.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "format/pack_store.h"
+#include "model/blocks/ffn.h"
+#include "stream/routing_profile.h"
+
+namespace moeflux {
+
+uint64_t parse_cache_budget(const std::string& spec, uint64_t total) {
+  auto bad = [&]() -> uint64_t {
+    fail("--expert-cache '", spec, "': expected auto, a size (8G, 512M, 1234) or a share (30%)");
+  };
+  if (spec == "auto") {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const uint64_t half_ram = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 2 : total;
+    return std::min(total, half_ram);
+  }
+  size_t i = 0;
+  double v = 0;
+  bool digits = false, dot = false;
+  double frac = 0.1;
+  for (; i < spec.size() && (std::isdigit(uint8_t(spec[i])) || spec[i] == '.'); ++i) {
+    if (spec[i] == '.') {
+      if (dot) return bad();
+      dot = true;
+    } else if (dot) {
+      v += (spec[i] - '0') * frac, frac /= 10, digits = true;
+    } else {
+      v = v * 10 + (spec[i] - '0'), digits = true;
+    }
+    if (v > 1e18) return bad();
+  }
+  if (!digits) return bad();
+  std::string unit = spec.substr(i);
+  if (unit == "%") {
+    if (v > 100) fail("--expert-cache '", spec, "': a share above 100%");
+    return uint64_t(double(total) * v / 100.0);
+  }
+  for (const char* suffix : {"iB", "B"})
+    if (unit.size() > std::strlen(suffix) && unit.ends_with(suffix)) unit.resize(unit.size() - std::strlen(suffix));
+  static const std::map<std::string, double> kUnits = {
+      {"", 1}, {"K", 1024.0}, {"M", 1024.0 * 1024}, {"G", 1024.0 * 1024 * 1024}, {"T", 1024.0 * 1024 * 1024 * 1024}};
+  std::string up;
+  for (char c : unit) up += char(std::toupper(uint8_t(c)));
+  auto it = kUnits.find(up);
+  if (it == kUnits.end()) return bad();
+  return uint64_t(v * it->second);
+}
+
+void attach_expert_streaming(Model& m, const StreamOptions& opt) {
+  auto* pack = dynamic_cast<PackStore*>(m.store.get());
+  if (!pack || !opt.enabled) return;
+  const PackManifest& man = pack->manifest();
+  if (man.experts.empty()) return;
+  std::map<std::string, int> by_prefix;
+  uint64_t total = 0;
+  for (size_t i = 0; i < man.experts.size(); ++i) {
+    by_prefix[man.experts[i].prefix] = int(i);
+    for (const auto& r : man.experts[i].records) total += r.size;
+  }
+  ExpertCacheOptions co = opt.cache;
+  co.budget_bytes = parse_cache_budget(opt.budget, total);
+  m.expert_cache = std::make_unique<ExpertCache>(pack->dir(), man.experts, co);
+  ExpertCache& cache = *m.expert_cache;
+  MoeFfn* prev = nullptr;
+  for (auto& layer : m.layers) {
+    auto* f = dynamic_cast<MoeFfn*>(layer.ffn.get());
+    if (!f) continue;
+    auto it = by_prefix.find(f->prefix);
+    if (it == by_prefix.end()) fail(pack->dir(), ": the pack has no expert records for '", f->prefix, "'");
+    const ExpertLayer& el = man.experts[size_t(it->second)];
+    if (int64_t(el.records.size()) != f->n_experts)
+      fail(pack->dir(), ": ", el.file, " holds ", el.records.size(), " experts, the model has ", f->n_experts);
+    f->cache = &cache;
+    f->cache_layer = it->second;
+    f->record_base.clear();
+    const uint8_t* base = pack->layer_map(size_t(it->second)).data();
+    for (const auto& r : el.records) f->record_base.push_back(base + r.offset);
+    if (prev) prev->next = f;
+    prev = f;
+  }
+  if (!opt.pin_profile.empty()) {
+    const RoutingProfile prof = load_routing_profile(opt.pin_profile);
+    cache.pin_permanently(most_used_experts(prof, man), uint64_t(double(co.budget_bytes) * opt.pin_share));
+  }
+}
+
+std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt) {
+  auto m = load_model(dir);
+  attach_expert_streaming(*m, opt);
+  if (opt.mlock_dense) {
+    auto* pack = dynamic_cast<PackStore*>(m->store.get());
+    if (!pack) {
+      std::fprintf(stderr, "warning: --mlock applies to packs only; ignored\n");
+    } else if (::mlock(pack->dense_map().data(), pack->dense_map().size()) != 0) {
+      std::fprintf(stderr, "warning: --mlock of %zu bytes failed (%s); check ulimit -l\n",
+                   pack->dense_map().size(), std::strerror(errno));
+    }
+  }
+  return m;
+}
+
+}  // namespace moeflux

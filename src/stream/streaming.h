@@ -1,0 +1,37 @@
+// Turning expert streaming on for a model loaded from a pack: an ExpertCache over the pack's
+// expert files, attached to every MoE block (with the next MoE block as prefetch target).
+// Also the budget syntax of --expert-cache and the optional mlock of the dense weights.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "stream/expert_cache.h"
+
+namespace moeflux {
+
+struct StreamOptions {
+  bool enabled = true;             // false: experts are read through the memory map (--io mmap)
+  std::string budget = "auto";     // --expert-cache: bytes ("8G", "512M", "1234"), "30%" of all
+                                   // expert bytes, or "auto" (all of them if that is at most
+                                   // half the RAM, else half the RAM)
+  ExpertCacheOptions cache;        // budget_bytes is set from `budget`
+  std::string pin_profile;         // routing profile (JSON) whose most used experts are pinned
+  double pin_share = 0.5;          // share of the budget the pinned experts may take
+  bool mlock_dense = false;        // --mlock: lock the dense weights in RAM
+};
+
+// Parses a budget: "auto", N, N[KMGT] (powers of 1024; "iB"/"B" suffixes allowed) or P%
+// of `total` (the pack's expert bytes). Error naming the text when malformed.
+uint64_t parse_cache_budget(const std::string& spec, uint64_t total);
+
+// Attaches streaming to a model whose store is a pack (does nothing for checkpoints, or when
+// !opt.enabled). Sets m.expert_cache. Error when the pack's expert layers do not match the
+// model's MoE blocks.
+void attach_expert_streaming(Model& m, const StreamOptions& opt);
+
+// load_model + attach_expert_streaming + --mlock.
+std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt);
+
+}  // namespace moeflux

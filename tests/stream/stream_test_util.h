@@ -1,0 +1,62 @@
+// Helpers for the expert streaming tests: fixture packs converted once per process, model
+// runs that record every logit and a greedy continuation, exact comparison.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/generate.h"
+#include "engine/session.h"
+#include "stream/streaming.h"
+#include "util/test_util.h"
+
+namespace moeflux::test {
+
+// A pack of the fixture in a scratch directory on disk (so O_DIRECT works), made once.
+inline const std::string& fixture_pack(const std::string& fixture) {
+  static TempDir dir(scratch_dir());
+  static std::map<std::string, std::string> made;
+  auto it = made.find(fixture);
+  if (it != made.end()) return it->second;
+  std::string name = fixture;
+  for (auto& c : name)
+    if (c == '/') c = '_';
+  const std::string dst = dir.file(name);
+  std::string out;
+  const std::string cmd = moeflux_exe() + " convert --quiet " + fixture_dir(fixture) + " " + dst;
+  if (run_command(cmd, &out) != 0) ADD_FAILURE() << cmd << "\n" << out;
+  return made.emplace(fixture, dst).first->second;
+}
+
+struct RunResult {
+  std::vector<float> logits;  // prefill of the first half, then one token at a time
+  std::vector<int32_t> greedy;
+};
+
+inline RunResult run_ids(Session& s, const std::vector<int32_t>& ids, int n_greedy) {
+  RunResult r;
+  const size_t half = ids.size() / 2;
+  auto l = s.forward(std::span<const int32_t>(ids.data(), half));
+  r.logits = l;
+  for (size_t i = half; i < ids.size(); ++i) {
+    l = s.forward(std::span<const int32_t>(&ids[i], 1));
+    r.logits.insert(r.logits.end(), l.begin(), l.end());
+  }
+  const size_t V = size_t(s.model().cfg.vocab_size);
+  r.greedy = greedy_continue(s, std::span<const float>(l).subspan(l.size() - V), n_greedy);
+  return r;
+}
+
+// Index of the first differing float, or -1 when bit-identical.
+inline int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
+  return -1;
+}
+
+}  // namespace moeflux::test

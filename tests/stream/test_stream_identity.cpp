@@ -1,0 +1,132 @@
+// Expert streaming changes nothing: for every fixture architecture, logits (prefill and
+// decode) and greedy continuations through the expert cache are bit-identical to reading the
+// experts through the memory map, whatever the budget (one expert, a few, all), with and
+// without prefetch, buffered and direct I/O, pread and io_uring readers.
+#include <gtest/gtest.h>
+
+#include "format/pack_store.h"
+#include "stream/expert_cache.h"
+#include "stream/streaming.h"
+#include "stream_test_util.h"
+
+namespace moeflux {
+namespace {
+
+struct Config {
+  std::string budget;  // "one", "few" or "all"
+  bool prefetch;
+  IoMode io;
+  IoEngine engine;
+};
+
+std::string name_of(const Config& c) {
+  return c.budget + (c.prefetch ? "_prefetch" : "_noprefetch") + "_" + std::string(io_mode_name(c.io)) + "_" +
+         std::string(io_engine_name(c.engine));
+}
+
+std::vector<Config> configs() {
+  std::vector<Config> v;
+  std::vector<IoEngine> engines{IoEngine::Pread};
+  if (uring_available()) engines.push_back(IoEngine::Uring);
+  for (const char* b : {"one", "few", "all"})
+    for (bool p : {true, false})
+      for (IoMode io : {IoMode::Buffered, IoMode::Direct})
+        for (IoEngine e : engines) v.push_back({b, p, io, e});
+  return v;
+}
+
+uint64_t max_record(const PackManifest& m) {
+  uint64_t r = 0;
+  for (const auto& l : m.experts)
+    for (const auto& rec : l.records) r = std::max(r, rec.size);
+  return r;
+}
+
+class StreamIdentity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StreamIdentity, BitIdenticalToMappedExperts) {
+  const std::string pack = test::fixture_pack(GetParam());
+  const auto golden = test::load_golden(test::fixture_dir(GetParam()) + "/golden.safetensors");
+  const auto ids = golden.i32.at("input_ids");
+  auto mapped = load_model(pack);
+  ASSERT_FALSE(mapped->expert_cache);
+  Session ref_s(*mapped);
+  const test::RunResult ref = test::run_ids(ref_s, ids, 8);
+  ASSERT_EQ(ref.greedy.size(), 8u);
+
+  const PackManifest& man = dynamic_cast<const PackStore&>(*mapped->store).manifest();
+  const uint64_t rec = max_record(man);
+  for (const Config& c : configs()) {
+    SCOPED_TRACE(name_of(c));
+    StreamOptions o;
+    o.budget = c.budget == "one" ? "1" : c.budget == "few" ? std::to_string(3 * rec) : "100%";
+    o.cache.prefetch = c.prefetch;
+    o.cache.io = c.io;
+    o.cache.engine = c.engine;
+    o.cache.io_threads = 4;
+    auto m = load_model(pack, o);
+    ASSERT_TRUE(m->expert_cache);
+    Session s(*m);
+    const test::RunResult got = test::run_ids(s, ids, 8);
+    EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
+    EXPECT_EQ(got.greedy, ref.greedy);
+    const ExpertCacheStats st = m->expert_cache->stats();
+    EXPECT_GT(st.lookups, 0u);
+    EXPECT_EQ(st.failures, 0u);
+    if (c.budget == "one") {
+      EXPECT_LE(st.peak_bytes, rec);  // one demand read at a time, never a prefetch
+      EXPECT_EQ(st.prefetch_issued, 0u);
+    } else {
+      EXPECT_LE(st.peak_bytes, m->expert_cache->options().budget_bytes);
+    }
+    if (c.budget == "all") {
+      // Everything read once is kept: a second pass over the same tokens reads nothing.
+      m->expert_cache->reset_stats();
+      Session s2(*m);
+      const test::RunResult again = test::run_ids(s2, ids, 8);
+      EXPECT_EQ(test::first_difference(again.logits, ref.logits), -1);
+      const ExpertCacheStats st2 = m->expert_cache->stats();
+      EXPECT_EQ(st2.misses, 0u);
+      EXPECT_EQ(st2.hits, st2.lookups);
+    }
+    if (c.prefetch && c.budget != "one") {
+      EXPECT_GT(st.predicted, 0u);
+    }
+    if (!c.prefetch) {
+      EXPECT_EQ(st.prefetch_issued, 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, StreamIdentity,
+                         ::testing::Values("qwen3_moe/q4", "mixtral/q4", "qwen3_next/q4", "qwen3_5_moe_text/q4",
+                                           "deepseek_v3/q4", "deepseek_v3/fp8", "qwen3_moe"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n)
+                             if (ch == '/') ch = '_';
+                           return n;
+                         });
+
+// The long golden (160 tokens), one streaming configuration per architecture: still identical.
+TEST(StreamIdentityLong, SmallCacheWithPrefetch) {
+  for (const char* f : {"qwen3_moe/q4", "qwen3_next/q4", "deepseek_v3/fp8"}) {
+    SCOPED_TRACE(f);
+    const std::string pack = test::fixture_pack(f);
+    const auto ids = test::load_golden(test::fixture_dir(f) + "/golden_long.safetensors").i32.at("input_ids");
+    auto mapped = load_model(pack);
+    Session a(*mapped);
+    const test::RunResult ref = test::run_ids(a, ids, 12);
+    StreamOptions o;
+    o.budget = "25%";
+    auto m = load_model(pack, o);
+    Session b(*m);
+    const test::RunResult got = test::run_ids(b, ids, 12);
+    EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
+    EXPECT_EQ(got.greedy, ref.greedy);
+    EXPECT_GT(m->expert_cache->stats().evictions, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace moeflux
