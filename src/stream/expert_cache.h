@@ -131,6 +131,7 @@ class ExpertCache {
   uint64_t key(int l, int e) const { return (uint64_t(l) << 32) | uint32_t(e); }
   std::shared_ptr<Entry> create(int l, int e, uint8_t* buf);
   uint8_t* make_room(uint64_t size, bool over_budget);
+  static uint8_t* alloc_buffer(uint64_t size);
   void make_evictable(Entry& e);
   void unevict(Entry& e);
   void unpin(const std::shared_ptr<Entry>& e);

@@ -1,6 +1,8 @@
 // Formatting of ExpertCacheStats.
 #include "stream/stream_report.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 
 namespace moeflux {
@@ -8,11 +10,18 @@ namespace moeflux {
 namespace {
 std::string gib(uint64_t b) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1ull << 30));
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1ull << 30));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1ull << 20));
   return buf;
 }
 double pct(uint64_t a, uint64_t b) { return b ? 100.0 * double(a) / double(b) : 0.0; }
 }  // namespace
+
+uint64_t peak_rss_bytes() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return uint64_t(u.ru_maxrss) * 1024;  // kilobytes on Linux
+}
 
 std::string format_stream_stats(const ExpertCacheStats& s, const ExpertCacheOptions& o, double elapsed_s) {
   char buf[1024];
@@ -41,6 +50,8 @@ std::string format_stream_stats(const ExpertCacheStats& s, const ExpertCacheOpti
                 (unsigned long long)s.reads, gib(s.bytes_read).c_str(), s.io_gbs(), s.io_busy_s,
                 (unsigned long long)s.failures, s.stall_s, elapsed_s > 0 ? 100 * s.stall_s / elapsed_s : 0.0,
                 elapsed_s);
+  out += buf;
+  std::snprintf(buf, sizeof buf, "  process peak RSS %s\n", gib(peak_rss_bytes()).c_str());
   out += buf;
   return out;
 }
