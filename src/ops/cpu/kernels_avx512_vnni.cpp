@@ -1,8 +1,9 @@
-// AVX-512 VNNI kernels (CpuIsa::Avx512Vnni): affine 4- and 8-bit matvec as integer dots
-// (vpdpbusd: u8 codes x s8 x) with x quantised to int8 per block of 32 values, x_c ~ xq_c * dx_b,
-// dx_b = max|x_b| / 127. The error is bounded: |y - y_float| <= sum_c |s_g(c) q_c| dx_b(c) / 2
-// (the bias term uses exact float sums of x). Other formats, group sizes and matmul use the
-// AVX-512 float kernels. Tested in tests/ops/test_ops_cpu.cpp against that bound.
+// AVX-512 VNNI kernels (CpuIsa::Avx512Vnni, the default where the CPU has it): affine 4- and
+// 8-bit matvec as integer dots (vpdpwssd: codes as int16 x int16 x) with x quantised to int16
+// per block of 32 values, x_c ~ xq_c * dx_b, dx_b = max|x_b| / 32767. The error is bounded:
+// |y - y_float| <= sum_c |s_g(c) q_c| dx_b(c) / 2, about 1.5e-5 of sum_c |w_c x_c| (the bias
+// term uses exact float sums of x). Other formats, group sizes and matmul use the AVX-512 float
+// kernels. Tested in tests/ops/test_ops_cpu.cpp against that bound.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -36,37 +37,36 @@ bool fits(const QWeight& w) {
          512 % w.group_size == 0 && w.cols % w.group_size == 0;
 }
 
-// 4-bit: byte B of a 64-byte load holds codes 2B (low nibble) and 2B+1 (high), so within each
-// 128-code chunk the even codes' x go to bytes [0, 64) and the odd ones to [64, 128).
-bool prepare_q8(const QWeight& w, const float* x, PreparedX* px) {
+// A 64-byte load is 32 u16 words. 4-bit: word w holds codes 4w..4w+3 and extraction k
+// (shift 4k, mask) gives code 4w+k in word w, so within each 128-code chunk x goes to 4 vectors
+// of 32 int16, vector k word w = x[4w + k]. 8-bit: word w holds codes 2w, 2w+1: 2 vectors per
+// 64-code chunk, vector k word w = x[2w + k]. vpdpwssd lane i then sums codes 8i..8i+7 (4-bit)
+// or 4i..4i+3 (8-bit): always inside one block of 32.
+bool prepare_q16(const QWeight& w, const float* x, PreparedX* px) {
   if (!fits(w)) return false;
   const int64_t cols = w.cols, nb = cols / kBlock, ch = chunk_codes(w.bits);
-  const int64_t gs = w.group_size, ng = cols / gs;
+  const int64_t gs = w.group_size, ng = cols / gs, per_word = w.bits == 4 ? 4 : 2;
   px->T = 1, px->cols = cols, px->x = x;
   px->interleaved = px->shifted = false;
-  px->q8 = true;
+  px->q16 = true;
   px->stride = (cols + ch - 1) / ch * ch;
   px->xq.assign(size_t(px->stride), 0);
   px->dx.assign(size_t((nb + 15) / 16 * 16 + 16), 0.0f);
   px->gstride = (ng + 16 + 15) / 16 * 16;
   px->gsum.assign(size_t(px->gstride), 0.0f);
-  alignas(64) int8_t tmp[kBlock];
+  alignas(64) int16_t tmp[kBlock];
   for (int64_t b = 0; b < nb; ++b) {
     const __m512 a = _mm512_loadu_ps(x + b * kBlock), c = _mm512_loadu_ps(x + b * kBlock + 16);
     const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
-    const float inv = m > 0.0f ? 127.0f / m : 0.0f;
-    px->dx[size_t(b)] = m / 127.0f;
+    const float inv = m > 0.0f ? 32767.0f / m : 0.0f;
+    px->dx[size_t(b)] = m / 32767.0f;
     const __m512 iv = _mm512_set1_ps(inv);
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, iv))));
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(c, iv))));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, iv))));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 16), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(c, iv))));
     const int64_t c0 = b * kBlock;
-    if (w.bits == 8) {
-      std::memcpy(px->xq.data() + c0, tmp, kBlock);
-    } else {
-      int8_t* chunk = px->xq.data() + c0 / ch * ch;
-      const int64_t o = c0 % ch;
-      for (int i = 0; i < kBlock; ++i) chunk[(o + i) / 2 + ((o + i) & 1) * 64] = tmp[i];
-    }
+    int16_t* chunk = px->xq.data() + c0 / ch * ch;
+    const int64_t o = c0 % ch;
+    for (int i = 0; i < kBlock; ++i) chunk[((o + i) % per_word) * 32 + (o + i) / per_word] = tmp[i];
     px->gsum[size_t(c0 / gs)] += _mm512_reduce_add_ps(_mm512_add_ps(a, c));
   }
   return true;
@@ -83,7 +83,7 @@ void lane_indices(int64_t gs, __m512i* bidx, __m512i* lidx) {
 }
 
 template <int BITS>
-float row_dot_q8(const QWeight& w, int64_t r, const PreparedX& px, float* sb, float* cs,
+float row_dot_q16(const QWeight& w, int64_t r, const PreparedX& px, float* sb, float* cs,
                  __m512i bidx, __m512i lidx) {
   const int64_t gs = w.group_size, nb = w.cols / kBlock, bytes = int64_t(w.row_bytes());
   const float bias_term = affine_row_params(w, r, px.gsum.data(), sb, nullptr);
@@ -96,18 +96,23 @@ float row_dot_q8(const QWeight& w, int64_t r, const PreparedX& px, float* sb, fl
   // Lane l sums 8 (4-bit) or 4 (8-bit) consecutive codes: block l / 4 or l / 8 of the chunk.
   constexpr int kBlocksPerChunk = BITS == 4 ? 4 : 2;
   const uint8_t* q = w.data + r * bytes;
-  const int8_t* xq = px.xq.data();
-  const __m512i lo4 = _mm512_set1_epi8(0x0f);
+  const int16_t* xq = px.xq.data();
+  const __m512i lo4 = _mm512_set1_epi16(0x0f), lo8 = _mm512_set1_epi16(0xff);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t o = 0, j = 0; o < bytes; o += 64, ++j) {
     _mm_prefetch(reinterpret_cast<const char*>(q + o) + 2048, _MM_HINT_T0);
     const __m512i v = bytes - o >= 64 ? _mm512_loadu_si512(q + o) : _mm512_maskz_loadu_epi32(tail_mask((bytes - o) / 4), q + o);
     __m512i s;
     if constexpr (BITS == 4) {
-      s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, lo4), _mm512_loadu_si512(xq + j * 128));
-      s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), _mm512_loadu_si512(xq + j * 128 + 64));
+      const int16_t* xc = xq + j * 128;
+      s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, lo4), _mm512_loadu_si512(xc));
+      s = _mm512_dpwssd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), _mm512_loadu_si512(xc + 32));
+      s = _mm512_dpwssd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(v, 8), lo4), _mm512_loadu_si512(xc + 64));
+      s = _mm512_dpwssd_epi32(s, _mm512_srli_epi16(v, 12), _mm512_loadu_si512(xc + 96));
     } else {
-      s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_loadu_si512(xq + o));
+      const int16_t* xc = xq + j * 64;
+      s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, lo8), _mm512_loadu_si512(xc));
+      s = _mm512_dpwssd_epi32(s, _mm512_srli_epi16(v, 8), _mm512_loadu_si512(xc + 32));
     }
     const __m512 ls = _mm512_permutexvar_ps(lidx, _mm512_loadu_ps(cs + j * kBlocksPerChunk));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), ls, acc);
@@ -116,16 +121,16 @@ float row_dot_q8(const QWeight& w, int64_t r, const PreparedX& px, float* sb, fl
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
-  if (!px.q8) return kernels_avx512().matvec_rows(w, px, y, r0, r1);
+  if (!px.q16) return kernels_avx512().matvec_rows(w, px, y, r0, r1);
   float* sb = scratch(1, params_size(w));
   float* cs = scratch(2, size_t(w.cols / kBlock + 2 * L));
   __m512i bidx, lidx;
   if (w.bits == 4) {
     lane_indices<4>(w.group_size, &bidx, &lidx);
-    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot_q8<4>(w, r, px, sb, cs, bidx, lidx);
+    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot_q16<4>(w, r, px, sb, cs, bidx, lidx);
   } else {
     lane_indices<8>(w.group_size, &bidx, &lidx);
-    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot_q8<8>(w, r, px, sb, cs, bidx, lidx);
+    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot_q16<8>(w, r, px, sb, cs, bidx, lidx);
   }
 }
 
@@ -139,7 +144,7 @@ namespace moeflux::cpu {
 const Kernels& kernels_avx512_vnni() {
   static const Kernels k = [] {
     Kernels t = kernels_avx512();
-    t.prepare_special = prepare_q8;
+    t.prepare_special = prepare_q16;
     t.matvec_rows = matvec_rows;
     return t;
   }();
