@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -42,33 +43,60 @@ bool fits(const QWeight& w) {
 // of 32 int16, vector k word w = x[4w + k]. 8-bit: word w holds codes 2w, 2w+1: 2 vectors per
 // 64-code chunk, vector k word w = x[2w + k]. vpdpwssd lane i then sums codes 8i..8i+7 (4-bit)
 // or 4i..4i+3 (8-bit): always inside one block of 32.
-bool prepare_q16(const QWeight& w, const float* x, PreparedX* px) {
-  if (!fits(w)) return false;
-  const int64_t cols = w.cols, nb = cols / kBlock, ch = chunk_codes(w.bits);
-  const int64_t gs = w.group_size, ng = cols / gs, per_word = w.bits == 4 ? 4 : 2;
+// x[c0, c0 + CH) in natural order (int16) -> the prepared order of one chunk (permutes).
+template <int BITS>
+inline void permute_chunk(const int16_t* nat, int16_t* out) {
+  constexpr int PW = BITS == 4 ? 4 : 2;  // codes per u16 word
+  for (int k = 0; k < PW; ++k) {
+    alignas(64) int16_t idx[32];
+    for (int w = 0; w < 32; ++w) idx[w] = int16_t((PW * w + k) % 64);
+    const __m512i iv = _mm512_load_si512(idx);
+    const __m512i lo = _mm512_permutex2var_epi16(_mm512_loadu_si512(nat), iv, _mm512_loadu_si512(nat + 32));
+    if constexpr (BITS == 4) {
+      const __m512i hi = _mm512_permutex2var_epi16(_mm512_loadu_si512(nat + 64), iv, _mm512_loadu_si512(nat + 96));
+      _mm512_storeu_si512(out + 32 * k, _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1));
+    } else {
+      _mm512_storeu_si512(out + 32 * k, lo);
+    }
+  }
+}
+
+template <int BITS>
+void prepare_q16_bits(const QWeight& w, const float* x, PreparedX* px) {
+  constexpr int64_t ch = BITS == 4 ? 128 : 64;
+  const int64_t cols = w.cols, nb = cols / kBlock, gs = w.group_size, ng = cols / gs;
   px->T = 1, px->cols = cols, px->x = x;
   px->interleaved = px->shifted = false;
   px->q16 = true;
   px->stride = (cols + ch - 1) / ch * ch;
-  px->xq.assign(size_t(px->stride), 0);
+  px->xq.resize(size_t(px->stride));
   px->dx.assign(size_t((nb + 15) / 16 * 16 + 16), 0.0f);
   px->gstride = (ng + 16 + 15) / 16 * 16;
   px->gsum.assign(size_t(px->gstride), 0.0f);
-  alignas(64) int16_t tmp[kBlock];
+  thread_local std::vector<int16_t> nat;
+  nat.assign(size_t(px->stride), 0);
   for (int64_t b = 0; b < nb; ++b) {
     const __m512 a = _mm512_loadu_ps(x + b * kBlock), c = _mm512_loadu_ps(x + b * kBlock + 16);
     const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
-    const float inv = m > 0.0f ? 32767.0f / m : 0.0f;
+    const __m512 iv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
     px->dx[size_t(b)] = m / 32767.0f;
-    const __m512 iv = _mm512_set1_ps(inv);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, iv))));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 16), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(c, iv))));
-    const int64_t c0 = b * kBlock;
-    int16_t* chunk = px->xq.data() + c0 / ch * ch;
-    const int64_t o = c0 % ch;
-    for (int i = 0; i < kBlock; ++i) chunk[((o + i) % per_word) * 32 + (o + i) / per_word] = tmp[i];
-    px->gsum[size_t(c0 / gs)] += _mm512_reduce_add_ps(_mm512_add_ps(a, c));
+    int16_t* o = nat.data() + b * kBlock;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, iv))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(c, iv))));
+    px->gsum[size_t(b * kBlock / gs)] += _mm512_reduce_add_ps(_mm512_add_ps(a, c));
   }
+  for (int64_t c0 = 0; c0 < px->stride; c0 += ch) permute_chunk<BITS>(nat.data() + c0, px->xq.data() + c0);
+}
+
+// A 64-byte load is 32 u16 words. 4-bit: word w holds codes 4w..4w+3 and extraction k
+// (shift 4k, mask) gives code 4w+k in word w, so within each 128-code chunk x goes to 4 vectors
+// of 32 int16, vector k word w = x[4w + k]. 8-bit: word w holds codes 2w, 2w+1: 2 vectors per
+// 64-code chunk, vector k word w = x[2w + k]. vpdpwssd lane i then sums codes 8i..8i+7 (4-bit)
+// or 4i..4i+3 (8-bit): always inside one block of 32.
+bool prepare_q16(const QWeight& w, const float* x, PreparedX* px) {
+  if (!fits(w)) return false;
+  if (w.bits == 4) prepare_q16_bits<4>(w, x, px);
+  else prepare_q16_bits<8>(w, x, px);
   return true;
 }
 
@@ -80,6 +108,25 @@ void lane_indices(int64_t gs, __m512i* bidx, __m512i* lidx) {
   for (int i = 0; i < L; ++i) b[i] = int32_t(i * kBlock / gs), l[i] = i / kLanesPerBlock;
   *bidx = _mm512_load_si512(b);
   *lidx = _mm512_load_si512(l);
+}
+
+// Integer dot of one 64-byte load of codes with its x (int16, prepared order): per lane, the
+// sum of its 8 (4-bit) or 4 (8-bit) codes times x; two chains keep the dpwssd latency hidden.
+template <int BITS>
+inline __m512i chunk_dot(__m512i v, const int16_t* xc) {
+  if constexpr (BITS == 4) {
+    const __m512i m = _mm512_set1_epi16(0x0f);
+    __m512i s0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, m), _mm512_loadu_si512(xc));
+    __m512i s1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(v, 4), m),
+                                     _mm512_loadu_si512(xc + 32));
+    s0 = _mm512_dpwssd_epi32(s0, _mm512_and_si512(_mm512_srli_epi16(v, 8), m), _mm512_loadu_si512(xc + 64));
+    s1 = _mm512_dpwssd_epi32(s1, _mm512_srli_epi16(v, 12), _mm512_loadu_si512(xc + 96));
+    return _mm512_add_epi32(s0, s1);
+  } else {
+    const __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, _mm512_set1_epi16(0xff)),
+                                          _mm512_loadu_si512(xc));
+    return _mm512_dpwssd_epi32(s, _mm512_srli_epi16(v, 8), _mm512_loadu_si512(xc + 32));
+  }
 }
 
 template <int BITS>
@@ -97,26 +144,24 @@ float row_dot_q16(const QWeight& w, int64_t r, const PreparedX& px, float* sb, f
   constexpr int kBlocksPerChunk = BITS == 4 ? 4 : 2;
   const uint8_t* q = w.data + r * bytes;
   const int16_t* xq = px.xq.data();
-  const __m512i lo4 = _mm512_set1_epi16(0x0f), lo8 = _mm512_set1_epi16(0xff);
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t o = 0, j = 0; o < bytes; o += 64, ++j) {
-    _mm_prefetch(reinterpret_cast<const char*>(q + o) + 2048, _MM_HINT_T0);
-    const __m512i v = bytes - o >= 64 ? _mm512_loadu_si512(q + o) : _mm512_maskz_loadu_epi32(tail_mask((bytes - o) / 4), q + o);
-    __m512i s;
-    if constexpr (BITS == 4) {
-      const int16_t* xc = xq + j * 128;
-      s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, lo4), _mm512_loadu_si512(xc));
-      s = _mm512_dpwssd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), _mm512_loadu_si512(xc + 32));
-      s = _mm512_dpwssd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(v, 8), lo4), _mm512_loadu_si512(xc + 64));
-      s = _mm512_dpwssd_epi32(s, _mm512_srli_epi16(v, 12), _mm512_loadu_si512(xc + 96));
-    } else {
-      const int16_t* xc = xq + j * 64;
-      s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, lo8), _mm512_loadu_si512(xc));
-      s = _mm512_dpwssd_epi32(s, _mm512_srli_epi16(v, 8), _mm512_loadu_si512(xc + 32));
-    }
+  constexpr int64_t kXPerChunk = BITS == 4 ? 128 : 64;
+  auto chunk = [&](__m512i v, int64_t j, __m512 acc) {
     const __m512 ls = _mm512_permutexvar_ps(lidx, _mm512_loadu_ps(cs + j * kBlocksPerChunk));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), ls, acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(chunk_dot<BITS>(v, xq + j * kXPerChunk)), ls, acc);
+  };
+  // Two chunks per step into two accumulators: the FMA latency would otherwise bound the loop.
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  const int64_t full = bytes / 64;
+  int64_t j = 0;
+  for (; j + 2 <= full; j += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(q + j * 64) + 2048, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(q + j * 64) + 2112, _MM_HINT_T0);
+    acc0 = chunk(_mm512_loadu_si512(q + j * 64), j, acc0);
+    acc1 = chunk(_mm512_loadu_si512(q + j * 64 + 64), j + 1, acc1);
   }
+  if (j < full) acc0 = chunk(_mm512_loadu_si512(q + j * 64), j, acc0), ++j;
+  if (j * 64 < bytes) acc1 = chunk(_mm512_maskz_loadu_epi32(tail_mask((bytes - j * 64) / 4), q + j * 64), j, acc1);
+  const __m512 acc = _mm512_add_ps(acc0, acc1);
   return _mm512_reduce_add_ps(acc) + bias_term;
 }
 
