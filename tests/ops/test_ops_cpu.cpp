@@ -86,6 +86,24 @@ double max_scaled_err(const std::vector<float>& y, const RefOut& ref) {
   return e;
 }
 
+// y from the level `isa` vs the reference: within the int16-x bound where that path runs,
+// else within float rounding.
+void expect_matvec_close(const OwnedWeight& o, const float* x, const RefOut& want, const std::vector<float>& y,
+                         CpuIsa isa) {
+  if (isa == CpuIsa::Avx512Vnni && takes_int16_x(o.w)) {
+    const auto bound = int16_x_bound(o.w, x);
+    int bad = 0;
+    for (size_t r = 0; r < y.size(); ++r)
+      bad += !(std::fabs(double(y[r]) - want.y[r]) <= 1.001 * bound[r] + kDotTol * want.mag[r]);
+    EXPECT_EQ(bad, 0) << o.name() << " isa " << cpu_isa_name(isa);
+    return;
+  }
+  EXPECT_LE(max_scaled_err(y, want), kDotTol) << o.name() << " isa " << cpu_isa_name(isa);
+  if (o.w.rows >= 67) {
+    EXPECT_LE(test::rel_l2(y, want.y), kDotTol) << o.name() << " isa " << cpu_isa_name(isa);
+  }
+}
+
 // matvec at every ISA level vs matvec_ref.
 void check_matvec(const OwnedWeight& o, uint32_t seed) {
   const auto x = test::randn(size_t(o.w.cols), seed);
@@ -94,19 +112,31 @@ void check_matvec(const OwnedWeight& o, uint32_t seed) {
     ScopedCpuIsa scoped(isa);
     std::vector<float> y(static_cast<size_t>(o.w.rows), NAN);
     matvec(o.w, x.data(), y.data());
-    if (isa == CpuIsa::Avx512Vnni && takes_int16_x(o.w)) {
-      const auto bound = int16_x_bound(o.w, x.data());
-      int bad = 0;
-      for (size_t r = 0; r < y.size(); ++r)
-        bad += !(std::fabs(double(y[r]) - want.y[r]) <= 1.001 * bound[r] + kDotTol * want.mag[r]);
-      EXPECT_EQ(bad, 0) << o.name() << " isa " << cpu_isa_name(isa);
-      continue;
-    }
-    EXPECT_LE(max_scaled_err(y, want), kDotTol) << o.name() << " isa " << cpu_isa_name(isa);
-    if (o.w.rows >= 67) {
-      EXPECT_LE(test::rel_l2(y, want.y), kDotTol) << o.name() << " isa " << cpu_isa_name(isa);
-    }
+    expect_matvec_close(o, x.data(), want, y, isa);
   }
+}
+
+// matvec_multi over weights sharing x (ragged row counts, one parallel region) vs matvec_ref
+// of each, on 1 and 3 threads; `mixed` weights of different layouts take the one-by-one path.
+void check_matvec_multi(const std::vector<OwnedWeight>& os, uint32_t seed) {
+  const int64_t cols = os[0].w.cols;
+  const auto x = test::randn(size_t(cols), seed);
+  std::vector<RefOut> want;
+  for (const auto& o : os) want.push_back(ref_matmul(o.w, x.data(), 1));
+  std::vector<const QWeight*> ws;
+  for (const auto& o : os) ws.push_back(&o.w);
+  for (int threads : {1, 3})
+    for (CpuIsa isa : isas()) {
+      set_cpu_threads(threads);
+      ScopedCpuIsa scoped(isa);
+      std::vector<std::vector<float>> ys;
+      std::vector<float*> yp;
+      for (const auto& o : os) ys.emplace_back(static_cast<size_t>(o.w.rows), NAN);
+      for (auto& y : ys) yp.push_back(y.data());
+      matvec_multi(int(os.size()), ws.data(), x.data(), yp.data());
+      for (size_t i = 0; i < os.size(); ++i) expect_matvec_close(os[i], x.data(), want[i], ys[i], isa);
+    }
+  set_cpu_threads(0);
 }
 
 TEST(OpsCpu, IsaLevelsAndNames) {
@@ -146,6 +176,25 @@ TEST(OpsCpu, Int16XErrorAtExpertShape) {
   RecordProperty("int16_x_rel_l2", std::to_string(e));
   std::printf("int16-x matvec rel_l2 vs reference at 768x2048 q4g64: %.3g (NMSE %.3g)\n", e, e * e);
   EXPECT_LE(e, 1e-4);
+}
+
+TEST(OpsCpu, MatvecMultiMatchesReference) {
+  // q / k / v at decode: same layout, ragged rows; big enough (> 256 KiB) to run in parallel.
+  std::vector<OwnedWeight> qkv;
+  qkv.push_back(test::random_affine(1031, 2048, 4, 64, DType::BF16, 31));
+  qkv.push_back(test::random_affine(7, 2048, 4, 64, DType::BF16, 32));
+  qkv.push_back(test::random_affine(130, 2048, 4, 64, DType::BF16, 33));
+  check_matvec_multi(qkv, 34);
+  std::vector<OwnedWeight> q8;
+  q8.push_back(test::random_affine(67, 192, 8, 32, DType::F16, 35));
+  q8.push_back(test::random_affine(513, 192, 8, 32, DType::F16, 36));
+  check_matvec_multi(q8, 37);
+  // Different layouts (4-bit, 3-bit, bf16): one by one.
+  std::vector<OwnedWeight> mixed;
+  mixed.push_back(test::random_affine(67, 640, 4, 64, DType::BF16, 38));
+  mixed.push_back(test::random_affine(67, 640, 3, 64, DType::BF16, 39));
+  mixed.push_back(test::random_dense(513, 640, DType::BF16, 40));
+  check_matvec_multi(mixed, 41);
 }
 
 TEST(OpsCpu, MatvecAffineScaleDtypes) {

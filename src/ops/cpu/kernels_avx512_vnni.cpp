@@ -154,8 +154,8 @@ float row_dot_q16(const QWeight& w, int64_t r, const PreparedX& px, float* sb, f
   const int64_t full = bytes / 64;
   int64_t j = 0;
   for (; j + 2 <= full; j += 2) {
-    _mm_prefetch(reinterpret_cast<const char*>(q + j * 64) + 2048, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(q + j * 64) + 2112, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(q + j * 64) + 4096, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(q + j * 64) + 4160, _MM_HINT_T0);
     acc0 = chunk(_mm512_loadu_si512(q + j * 64), j, acc0);
     acc1 = chunk(_mm512_loadu_si512(q + j * 64 + 64), j + 1, acc1);
   }
