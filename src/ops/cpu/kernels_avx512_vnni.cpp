@@ -133,7 +133,7 @@ template <int BITS>
 float row_dot_q16(const QWeight& w, int64_t r, const PreparedX& px, float* sb, float* cs,
                  __m512i bidx, __m512i lidx) {
   const int64_t gs = w.group_size, nb = w.cols / kBlock, bytes = int64_t(w.row_bytes());
-  const float bias_term = affine_row_params(w, r, px.gsum.data(), sb, nullptr);
+  const __m512 bias_terms = affine_row_params_v(w, r, px.gsum.data(), sb, nullptr);
   // cs[b] = scale of block b's group * dx_b; zeros past the end.
   int64_t b0 = 0;
   for (; b0 < nb; b0 += L)
@@ -162,7 +162,7 @@ float row_dot_q16(const QWeight& w, int64_t r, const PreparedX& px, float* sb, f
   if (j < full) acc0 = chunk(_mm512_loadu_si512(q + j * 64), j, acc0), ++j;
   if (j * 64 < bytes) acc1 = chunk(_mm512_maskz_loadu_epi32(tail_mask((bytes - j * 64) / 4), q + j * 64), j, acc1);
   const __m512 acc = _mm512_add_ps(acc0, acc1);
-  return _mm512_reduce_add_ps(acc) + bias_term;
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc, bias_terms));  // one reduction per row
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
