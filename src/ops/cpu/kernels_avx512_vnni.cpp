@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernels (CpuIsa::Avx512Vnni, the default where the CPU has it): affine 4- and
+// AVX-512 VNNI kernels (CpuIsa::Avx512Vnni, opt-in: core/cpu_features.h says why): affine 4- and
 // 8-bit matvec as integer dots (vpdpwssd: codes as int16 x int16 x) with x quantised to int16
 // per block of 32 values, x_c ~ xq_c * dx_b, dx_b = max|x_b| / 32767. The error is bounded:
 // |y - y_float| <= sum_c |s_g(c) q_c| dx_b(c) / 2, about 1.5e-5 of sum_c |w_c x_c| (the bias
