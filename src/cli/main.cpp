@@ -16,11 +16,13 @@ int main(int argc, char** argv) {
     runners[app.get_subcommands({})[before]] = run;
   };
   add(moeflux::cli::register_logits);
+#ifndef MOEFLUX_MINIMAL  // MOEFLUX_MINIMAL builds have no tokenizer or chat template
   add(moeflux::cli::register_template);
   add(moeflux::cli::register_tokenize);
   add(moeflux::cli::register_run);
   add(moeflux::cli::register_chat);
   add(moeflux::cli::register_perplexity);
+#endif
   add(moeflux::cli::register_bench);
   add(moeflux::cli::register_convert);
   add(moeflux::cli::register_inspect);

@@ -13,9 +13,10 @@ enum class CpuIsa : uint8_t {
   Scalar,  // the reference loops
   Avx2,    // AVX2 + FMA + F16C
   Avx512,  // AVX-512 F/BW/VL/DQ (+ the AVX2 set)
-  // + AVX512-VNNI: affine 4/8-bit matvec with x quantised to int8 per 32 values. Changes
-  // results by up to sum|w| * max|x_block| / 254 (see kernels_avx512_vnni.cpp), so it is
-  // never the default: it must be selected (set_cpu_isa / a --cpu-isa flag).
+  // + AVX512-VNNI: affine 4/8-bit matvec as integer dots, x split per 32 values into two
+  // int16 parts (error ~2^-32 of the block's largest |x|, below f32 rounding; the fixture
+  // suites pass with it). Opt-in (set_cpu_isa / MOEFLUX_CPU_ISA=avx512vnni) because on the
+  // machines measured so far it is no faster than the AVX-512 float kernels (docs/benchmarks.md).
   Avx512Vnni,
 };
 

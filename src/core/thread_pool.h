@@ -45,7 +45,7 @@ class ThreadPool {
   std::condition_variable start_cv_, done_cv_;
   uint64_t generation_ = 0;  // bumped per job, under mu_
   bool stop_ = false;
-  int busy_ = 0;  // workers still inside the current job
+  std::atomic<int> busy_{0};  // workers still inside the current job
   // The current job (written before generation_ is bumped).
   RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;

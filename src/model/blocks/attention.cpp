@@ -16,9 +16,15 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   kv.k.resize(size_t((len0 + T) * kd));
   kv.v.resize(size_t((len0 + T) * kd));
   // Project all T tokens at once (each weight row read once per batch), straight into the cache.
-  matmul(wq, x, T, qg.data());
-  matmul(wk, x, T, kv.k.data() + len0 * kd);
-  matmul(wv, x, T, kv.v.data() + len0 * kd);
+  if (T == 1) {  // decode: q, k and v in one parallel region
+    const QWeight* ws[3] = {&wq, &wk, &wv};
+    float* ys[3] = {qg.data(), kv.k.data() + len0 * kd, kv.v.data() + len0 * kd};
+    matvec_multi(3, ws, x, ys);
+  } else {
+    matmul(wq, x, T, qg.data());
+    matmul(wk, x, T, kv.k.data() + len0 * kd);
+    matmul(wv, x, T, kv.v.data() + len0 * kd);
+  }
   for (int64_t t = 0; t < T; ++t) {
     float* qt = q.data() + t * qd;
     float* kt = kv.k.data() + (len0 + t) * kd;

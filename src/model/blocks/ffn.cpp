@@ -14,6 +14,7 @@ namespace moeflux {
 void SwiGlu::apply(const float* x, float* out) const { apply_batch(x, 1, out); }
 
 void SwiGlu::apply_batch(const float* x, int64_t T, float* out) const {
+  if (T == 1) return swiglu_expert(gate, up, down, x, out);  // gate + up in one parallel region
   std::vector<float> g(static_cast<size_t>(T * gate.rows)), u(static_cast<size_t>(T * up.rows));
   matmul(gate, x, T, g.data());
   matmul(up, x, T, u.data());

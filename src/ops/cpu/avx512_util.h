@@ -38,8 +38,8 @@ inline __m512 load16_dyn(DType t, const uint8_t* base, int64_t i, __mmask16 m) {
 }
 
 // Scales of row r into sb and (if bb) biases into bb, each padded with >= 16 zeros after
-// the n_groups values; returns sum_g bias_g * gsum_g (0 without gsum).
-inline float affine_row_params(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb) {
+// the n_groups values; returns the lanes of sum_g bias_g * gsum_g (0 without gsum), unreduced.
+inline __m512 affine_row_params_v(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb) {
   const int64_t ng = w.cols / w.group_size;
   __m512 acc = _mm512_setzero_ps();
   int64_t g = 0;
@@ -52,7 +52,11 @@ inline float affine_row_params(const QWeight& w, int64_t r, const float* gsum, f
   }
   _mm512_storeu_ps(sb + g, _mm512_setzero_ps());
   if (bb) _mm512_storeu_ps(bb + g, _mm512_setzero_ps());
-  return _mm512_reduce_add_ps(acc);
+  return acc;
+}
+// The same, reduced: sum_g bias_g * gsum_g.
+inline float affine_row_params(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb) {
+  return _mm512_reduce_add_ps(affine_row_params_v(w, r, gsum, sb, bb));
 }
 inline size_t params_size(const QWeight& w) { return size_t(w.cols / w.group_size + 2 * L); }
 

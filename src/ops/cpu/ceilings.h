@@ -7,8 +7,9 @@
 
 namespace moeflux::bench {
 
-// Sums `bytes` of a buffer (touched beforehand) with the widest vectors the ISA in use
-// allows, on `threads` threads; returns GB/s (1e9 bytes) of the best of `reps` passes.
+// Sums `bytes` (raised to 4x the reported last-level cache, so that it is DRAM that is read)
+// of a buffer touched beforehand, with the widest vectors the CPU has, on `threads` threads;
+// returns GB/s (1e9 bytes) of the best of `reps` passes.
 double read_bandwidth_gbs(size_t bytes, int threads, int reps = 8);
 
 // Peak f32 FMA rate on `threads` threads: GFLOP/s (2 flops per lane per FMA).

@@ -1,6 +1,6 @@
 // Dispatch of the optimised CPU ops: pick the kernel table for cpu_isa() once per call,
-// prepare x once, then split rows (or heads) over the thread pool when there is enough work
-// to pay for waking the workers (~10 us).
+// prepare x once (once for several weights sharing x: matvec_multi), then split rows (or
+// heads) over the thread pool when there is enough work to pay for the hand-off.
 #include "ops/cpu/cpu_ops.h"
 
 #include <algorithm>
@@ -34,11 +34,12 @@ cpu::PreparedX& prepared_x() {
   return px;
 }
 
-// Rows per chunk: about 4 chunks per thread, each at least kChunkMinBytes, a multiple of m.
+// Rows per chunk, a multiple of m: 1 to 4 chunks per thread (a whole number of chunks per
+// thread, so that a small matrix ends in one round), each at least kChunkMinBytes.
 int64_t row_grain(int64_t rows, int64_t row_work, int threads, int64_t m) {
-  const int64_t by_threads = (rows + 4 * threads - 1) / (4 * threads);
-  const int64_t by_bytes = (kChunkMinBytes + row_work - 1) / std::max<int64_t>(1, row_work);
-  const int64_t g = std::max({int64_t(1), by_threads, by_bytes});
+  const int64_t per_thread = std::clamp<int64_t>(rows * row_work / (int64_t(threads) * kChunkMinBytes), 1, 4);
+  const int64_t chunks = per_thread * threads;
+  const int64_t g = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
   return (g + m - 1) / m * m;
 }
 
@@ -49,14 +50,40 @@ void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
   if (pool.size() == 1) return fn(int64_t(0), rows);
   pool.parallel_for(rows, row_grain(rows, row_work, pool.size(), m), fn);
 }
+
+// Weights whose x can be prepared once for all of them (same layout and width).
+bool same_layout(const QWeight& a, const QWeight& b) {
+  return a.format == b.format && a.dtype == b.dtype && a.bits == b.bits && a.group_size == b.group_size &&
+         a.sdtype == b.sdtype && a.cols == b.cols && a.block_rows == b.block_rows && a.block_cols == b.block_cols;
+}
 }  // namespace
 
 void matvec(const QWeight& w, const float* x, float* y) {
+  const QWeight* ws[1] = {&w};
+  float* ys[1] = {y};
+  matvec_multi(1, ws, x, ys);
+}
+
+void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const* ys) {
+  MF_ASSERT(n >= 1 && n <= 8);
+  for (int i = 1; i < n; ++i)
+    if (!same_layout(*ws[0], *ws[i])) {
+      for (int j = 0; j < n; ++j) matvec_multi(1, ws + j, x, ys + j);
+      return;
+    }
   const cpu::Kernels& k = kernels();
   cpu::PreparedX& px = prepared_x();
-  if (!k.prepare_special || !k.prepare_special(w, x, &px)) cpu::prepare_x(w, x, 1, k.lanes, true, &px);
-  for_rows(w.rows, int64_t(w.row_bytes()), 1,
-           [&](int64_t r0, int64_t r1) { k.matvec_rows(w, px, y, r0, r1); });
+  if (!k.prepare_special || !k.prepare_special(*ws[0], x, &px)) cpu::prepare_x(*ws[0], x, 1, k.lanes, true, &px);
+  int64_t rows = 0;
+  for (int i = 0; i < n; ++i) rows += ws[i]->rows;
+  // Global row r0..r1 spans the weights in order.
+  for_rows(rows, int64_t(ws[0]->row_bytes()), 1, [&](int64_t r0, int64_t r1) {
+    int64_t base = 0;
+    for (int i = 0; i < n && base < r1; base += ws[i]->rows, ++i) {
+      const int64_t lo = std::max(r0, base), hi = std::min(r1, base + ws[i]->rows);
+      if (lo < hi) k.matvec_rows(*ws[i], px, ys[i], lo - base, hi - base);
+    }
+  });
 }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
@@ -73,13 +100,13 @@ void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
 void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, const float* x,
                    float* out) {
   MF_ASSERT(gate.rows == up.rows && gate.rows == down.cols && gate.cols == up.cols);
-  thread_local std::vector<float> g, u;
-  g.resize(size_t(gate.rows));
-  u.resize(size_t(up.rows));
-  matvec(gate, x, g.data());
-  matvec(up, x, u.data());
-  swiglu_ref(g.data(), u.data(), gate.rows, g.data());
-  matvec(down, g.data(), out);
+  float* g = cpu::scratch(4, size_t(gate.rows));
+  float* u = cpu::scratch(5, size_t(up.rows));
+  const QWeight* gu[2] = {&gate, &up};
+  float* ys[2] = {g, u};
+  matvec_multi(2, gu, x, ys);
+  swiglu_ref(g, u, gate.rows, g);
+  matvec(down, g, out);
 }
 
 void attention(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t n_heads,

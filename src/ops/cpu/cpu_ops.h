@@ -12,6 +12,11 @@ namespace moeflux {
 // y (w.rows) = W x (w.cols). Any QWeight format.
 void matvec(const QWeight& w, const float* x, float* y);
 
+// ys[i] (ws[i]->rows) = W_i x for n (1..8) weights over one x (gate + up, q + k + v): x is
+// prepared once and all their rows are split over the threads in one parallel region.
+// Weights of different layouts are run one by one.
+void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const* ys);
+
 // y (T, w.rows) = x (T, w.cols) W^T: batched prefill / grouped experts. Each weight row is
 // decoded once for all T tokens.
 void matmul(const QWeight& w, const float* x, int64_t T, float* y);

@@ -28,10 +28,11 @@ struct PreparedX {
   int64_t gstride = 0;       // floats per token in gsum (n_groups padded by >= 16 zeros)
   std::vector<float> xs;     // (T, stride)
   std::vector<float> gsum;   // (T, gstride): sum of x over each quantisation group
-  // int8 path (CpuIsa::Avx512Vnni, T == 1): x quantised per block of 32 in the byte order of
-  // the codes (kernels_avx512_vnni.cpp); dx the per-block scales (padded with 16 zeros).
-  bool q8 = false;
-  std::vector<int8_t> xq;
+  // int16 path (CpuIsa::Avx512Vnni, T == 1): x split per block of 32 into xq + xr / 65534,
+  // both int16 in the word order of the codes (kernels_avx512_vnni.cpp); dx the per-block
+  // scales (padded with 16 zeros).
+  bool q16 = false;
+  std::vector<int16_t> xq, xr;
   std::vector<float> dx;
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
 };

@@ -182,7 +182,7 @@ float affine_row_dot(const QWeight& w, int64_t r, const float* xs, const float* 
                      __m512i lg) {
   constexpr int P = 32 / BITS, CH = P * L;
   const int64_t gs = w.group_size, words = w.cols / P;
-  const float bias_term = affine_row_params(w, r, gsum, sb, nullptr);
+  const __m512 bias_terms = affine_row_params_v(w, r, gsum, sb, nullptr);
   const uint32_t* q = reinterpret_cast<const uint32_t*>(w.data + r * int64_t(w.row_bytes()));
   __m512 acc = _mm512_setzero_ps();
   for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j) {
@@ -198,7 +198,7 @@ float affine_row_dot(const QWeight& w, int64_t r, const float* xs, const float* 
     const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + j * CH / gs));
     acc = _mm512_fmadd_ps(_mm512_add_ps(c[0], c[1]), sv, acc);
   }
-  return _mm512_reduce_add_ps(acc) + bias_term;
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc, bias_terms));  // one reduction per row
 }
 
 // Row r decoded (w = q * s + b) in the lane-interleaved order of the prepared x.

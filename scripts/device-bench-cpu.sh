@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# CPU decode / prefill benchmark for the GPU host (16-core Xeon, no internet, no PCRE2 /
+# utf8proc / libedit): builds the engine-only moeflux (MOEFLUX_MINIMAL, Release), synthesises
+# a Qwen3-30B-A3B pack (4-bit g64, LAYERS of 48 layers), and runs `moeflux bench` on all
+# threads, on one thread, and on the scalar reference path (one thread, short), writing each
+# table and the machine description to $OUT. Runs in about 5 minutes; each step is time-boxed.
+# Usage: OUT=/some/dir [LAYERS=16] [WORK=/tmp/moeflux-cpu-bench] scripts/device-bench-cpu.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:?set OUT to the output directory}
+LAYERS=${LAYERS:-16}
+WORK=${WORK:-/tmp/moeflux-cpu-bench}
+mkdir -p "$OUT" "$WORK"
+log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
+
+{
+  lscpu
+  echo
+  free -g
+  echo
+  uptime
+} >"$OUT/machine.txt" 2>&1
+
+log "build (MOEFLUX_MINIMAL, Release)"
+gen=()
+if command -v ninja >/dev/null; then gen=(-G Ninja); fi
+cmake -S . -B "$WORK/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON \
+  -DMOEFLUX_WERROR=OFF >"$OUT/build.log" 2>&1
+timeout 300 cmake --build "$WORK/build" -j"$(nproc)" --target moeflux >>"$OUT/build.log" 2>&1
+mf="$WORK/build/src/moeflux"
+
+pack="$WORK/qwen3-30b-a3b-l$LAYERS"
+if [ ! -f "$pack/manifest.json" ]; then
+  log "synth qwen3-30b-a3b, $LAYERS layers"
+  rm -rf "$pack"
+  timeout 240 "$mf" synth --preset qwen3-30b-a3b --layers "$LAYERS" --format pack --out "$pack" \
+    >"$OUT/synth.log" 2>&1
+fi
+du -sh "$pack" | tee -a "$OUT/steps.log"
+
+# Each run prints the llama-bench table and the ceilings it measured on the same threads.
+run() {  # name, time limit (s), env / bench arguments
+  local name=$1 limit=$2
+  shift 2
+  log "bench $name: $*"
+  if ! timeout "$limit" env "$@" >"$OUT/bench_$name.md" 2>"$OUT/bench_$name.err"; then
+    log "bench $name: failed or timed out (see bench_$name.err)"
+  fi
+  cat "$OUT/bench_$name.md"
+}
+run all_threads 90 "$mf" bench -m "$pack" -p 128 -n 32 -r 3
+run one_thread 120 "$mf" bench -m "$pack" -p 32 -n 16 -r 2 --threads 1
+run scalar_one_thread 100 MOEFLUX_CPU_ISA=scalar "$mf" bench -m "$pack" -p 8 -n 4 -r 1 --threads 1
+log "done"
