@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
 WORK=${WORK:-build-device/stream}
-LAYERS30=${LAYERS30:-48}
+LAYERS30=${LAYERS30:-24}
 LAYERS35=${LAYERS35:-4}
 STEPS=${STEPS:-"synth table30 table35 rss"}
 mkdir -p "$OUT" "$WORK"
@@ -32,11 +32,11 @@ if has synth; then
 fi
 if has table30; then
   log "streaming table, $p30"
-  MOEFLUX=$mf OUTDIR="$OUT/json30" timeout 560 scripts/bench-streaming.sh "$p30" 12 2 "5% 25% 100%" | tee "$OUT/stream_table_q30.md"
+  MOEFLUX=$mf OUTDIR="$OUT/json30" timeout 200 scripts/bench-streaming.sh "$p30" 12 2 "5% 25% 100%" | tee "$OUT/stream_table_q30.md"
 fi
 if has table35; then
   log "streaming table, $p35"
-  MOEFLUX=$mf OUTDIR="$OUT/json35" timeout 560 scripts/bench-streaming.sh "$p35" 8 2 "5% 25% 100%" | tee "$OUT/stream_table_q35.md"
+  MOEFLUX=$mf OUTDIR="$OUT/json35" timeout 200 scripts/bench-streaming.sh "$p35" 8 2 "5% 25% 100%" | tee "$OUT/stream_table_q35.md"
 fi
 if has rss; then
   ids=$(seq -s, 11 42)

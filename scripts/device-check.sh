@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
+# steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
+# (scripts/device-bench-cpu.sh). Outputs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:?set OUT}
+mkdir -p "$OUT"
+W=build-device/cpu
+cmake -S . -B "$W/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
+timeout 300 cmake --build "$W/build" -j"$(nproc)" --target moeflux >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+echo "built $(date -u +%T)"
+for s in ${DEVICE_STEPS:-stream}; do
+  case $s in
+    stream) OUT=$OUT scripts/device-stream.sh ;;
+    cpu) OUT=$OUT WORK=$W scripts/device-bench-cpu.sh ;;
+  esac
+done
