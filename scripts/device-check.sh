@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
 W=build-device/cpu
-cmake -S . -B "$W/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+cmake -S . -B "$W/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
 timeout 300 cmake --build "$W/build" -j"$(nproc)" --target moeflux >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "built $(date -u +%T)"
 for s in ${DEVICE_STEPS:-stream}; do
