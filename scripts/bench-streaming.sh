@@ -8,7 +8,7 @@
 set -euo pipefail
 PACK=$1; N=${2:-16}; R=${3:-2}; BUDGETS=${4:-"5% 25% 100%"}; shift $(( $# < 4 ? $# : 4 )); EXTRA=("$@")
 BIN=${MOEFLUX:-build/src/moeflux}
-OUTDIR=${OUTDIR:-$(mktemp -d)}
+OUTDIR=${OUTDIR:-$(mktemp -d)}; mkdir -p "$OUTDIR"
 echo "pack: $PACK  ($(du -sh "$PACK/experts" | cut -f1) of experts, $(du -sh "$PACK/dense.bin" | cut -f1) dense)"
 echo "| budget | prefetch | I/O | decode t/s | hit % | hits in flight % | I/O GB/s | stall % | precision % | recall % | disk seq GB/s |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"

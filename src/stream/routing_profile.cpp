@@ -43,7 +43,7 @@ RoutingProfile parse_routing_profile(const std::string& text, const std::string&
   } catch (const std::exception& e) {
     fail(what, ": invalid JSON: ", e.what());
   }
-  if (!j.is_object() || j.value("format", std::string()) != kFormat)
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() || j["format"] != kFormat)
     fail(what, ": not a routing profile (\"format\" must be \"", kFormat, "\")");
   if (!j.contains("version") || j["version"] != 1) fail(what, ": unsupported routing profile version");
   if (!j.contains("layers") || !j["layers"].is_array()) fail(what, ": \"layers\" must be an array");

@@ -287,6 +287,9 @@ TEST(RoutingProfile, BadInputNamesTheProblem) {
   };
   EXPECT_NE(msg("{").find("invalid JSON"), std::string::npos);
   EXPECT_NE(msg("[]").find("not a routing profile"), std::string::npos);
+  // Found by fuzz_routing_profile: "format" given twice, the last one an array.
+  EXPECT_NE(msg(R"({"format":"moeflux-routing-profile","version":1,"format":[1]})").find("not a routing profile"),
+            std::string::npos);
   EXPECT_NE(msg(R"({"format":"moeflux-routing-profile","version":2,"layers":[]})").find("version"), std::string::npos);
   EXPECT_NE(msg(R"({"format":"moeflux-routing-profile","version":1,"layers":[{"prefix":"x","counts":[1]}]})")
                 .find("no MoE layer 'x'"),
