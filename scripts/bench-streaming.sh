@@ -12,6 +12,12 @@ OUTDIR=${OUTDIR:-$(mktemp -d)}; mkdir -p "$OUTDIR"
 echo "pack: $PACK  ($(du -sh "$PACK/experts" | cut -f1) of experts, $(du -sh "$PACK/dense.bin" | cut -f1) dense)"
 echo "| budget | prefetch | I/O | decode t/s | hit % | hits in flight % | I/O GB/s | stall % | precision % | recall % | disk seq GB/s |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
+"$BIN" bench -m "$PACK" -p 0 -n "$N" -r "$R" --json --io mmap "${EXTRA[@]}" > "$OUTDIR/bench_mmap.json"
+python3 - "$OUTDIR/bench_mmap.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["tests"][0]
+print(f'| (mmap, no cache) | - | mmap | {t["tps_mean"]:.2f} +- {t["tps_sd"]:.2f} | - | - | - | - | - | - | - |')
+PY
 for b in $BUDGETS; do
   for io in buffered direct; do
     for pf in on off; do

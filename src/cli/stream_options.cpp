@@ -18,7 +18,7 @@ void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
       ->check(CLI::IsMember({"buffered", "direct", "mmap"}));
   g->add_option("--io-engine", a.engine, "pread (reader threads) or uring (io_uring)")
       ->check(CLI::IsMember({"pread", "uring"}));
-  g->add_option("--io-threads", a.io_threads, "Reader threads (pread) or queue depth (uring)")
+  g->add_option("--io-threads", a.io_threads, "Demand reader threads (pread; plus half as many low-priority prefetch readers) or queue depth (uring)")
       ->check(CLI::Range(1, 256));
   g->add_option("--cache-policy", a.policy, "Eviction: lru or lfu (frequency, LRU among equals)")
       ->check(CLI::IsMember({"lru", "lfu"}));

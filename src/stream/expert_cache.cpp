@@ -3,6 +3,9 @@
 #include "stream/expert_cache.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -47,7 +50,12 @@ ExpertCache::ExpertCache(const std::string& dir, const std::vector<ExpertLayer>&
   if (opt_.engine == IoEngine::Uring) {
     uring_ = start_uring_worker(*this, opt_.io_threads);
   } else {
-    for (int i = 0; i < opt_.io_threads; ++i) readers_.emplace_back([this] { reader_loop(); });
+    // Demand reads at normal priority; prefetches on their own threads at the lowest
+    // priority, so that (page-cache) copies for guesses never take a core from the compute
+    // threads, while a demand read never waits behind a prefetch.
+    for (int i = 0; i < opt_.io_threads; ++i) readers_.emplace_back([this] { reader_loop(Queues::Demand); });
+    for (int i = 0; i < std::max(1, opt_.io_threads / 2); ++i)
+      readers_.emplace_back([this] { reader_loop(Queues::Prefetch); });
   }
 }
 
@@ -285,7 +293,7 @@ void ExpertCache::pin_permanently(const std::vector<std::pair<int, int>>& expert
 
 // ---- I/O ------------------------------------------------------------------------------------
 
-bool ExpertCache::take_job(ReadJob* job, bool block) {
+bool ExpertCache::take_job(ReadJob* job, bool block, Queues which) {
   std::unique_lock lock(mu_);
   for (;;) {
     if (stop_) return false;
@@ -297,8 +305,9 @@ bool ExpertCache::take_job(ReadJob* job, bool block) {
       }
       return nullptr;
     };
-    std::shared_ptr<Entry> en = pop(demand_q_);
-    if (!en) en = pop(prefetch_q_);
+    std::shared_ptr<Entry> en;
+    if (which != Queues::Prefetch) en = pop(demand_q_);
+    if (!en && which != Queues::Demand) en = pop(prefetch_q_);
     if (en) {
       en->st = Entry::St::Reading;
       const PackRecord& r = files_.layer(en->layer).records[size_t(en->expert)];
@@ -343,9 +352,11 @@ void ExpertCache::finish_job(const ReadJob& job, std::string error) {
   ready_cv_.notify_all();
 }
 
-void ExpertCache::reader_loop() {
+void ExpertCache::reader_loop(Queues which) {
+  // Linux: a thread's nice value is per thread (best effort; raising it needs no privilege).
+  if (which == Queues::Prefetch) ::setpriority(PRIO_PROCESS, id_t(::syscall(SYS_gettid)), 19);
   ReadJob job;
-  while (take_job(&job, true)) {
+  while (take_job(&job, true, which)) {
     std::string error;
     try {
       files_.read(job.layer, job.expert, job.dst);

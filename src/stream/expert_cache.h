@@ -34,7 +34,8 @@ struct ExpertCacheOptions {
   CachePolicy policy = CachePolicy::Lru;
   IoMode io = IoMode::Buffered;
   IoEngine engine = IoEngine::Pread;
-  int io_threads = 8;    // pread: reader threads; uring: queue depth
+  int io_threads = 8;    // pread: demand reader threads (plus half as many low-priority
+                         // prefetch readers); uring: queue depth
   bool verify = false;   // crc32 of every record read, checked before use
   bool prefetch = true;  // the engine predicts and prefetches the next layer's experts
 };
@@ -122,8 +123,9 @@ class ExpertCache {
   void set_fault_hook(ExpertFiles::FaultHook h) { files_.set_fault_hook(std::move(h)); }
 
   // For the I/O engines: next job (false when stopping, or none and !block), and its end
-  // (error empty on success; verification runs here).
-  bool take_job(ReadJob* job, bool block);
+  // (error empty on success; verification runs here). `which`: the queues a worker serves.
+  enum class Queues : uint8_t { Any, Demand, Prefetch };
+  bool take_job(ReadJob* job, bool block, Queues which = Queues::Any);
   void finish_job(const ReadJob& job, std::string error);
   ExpertFiles& files() { return files_; }
 
@@ -136,7 +138,7 @@ class ExpertCache {
   void unevict(Entry& e);
   void unpin(const std::shared_ptr<Entry>& e);
   void trim();
-  void reader_loop();
+  void reader_loop(Queues which);
   void stop_workers();
 
   ExpertFiles files_;
