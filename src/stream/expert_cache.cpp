@@ -21,6 +21,7 @@ struct ExpertCache::Entry {
   int layer = 0, expert = 0;
   uint64_t size = 0;
   uint8_t* buf = nullptr;
+  std::shared_ptr<SlotPool> pool;
   std::atomic<St> st{St::Queued};
   int pins = 0;
   bool permanent = false, prefetched = false, used = false, demand = false, in_map = true;
@@ -28,7 +29,7 @@ struct ExpertCache::Entry {
   std::pair<uint64_t, uint64_t> evict_key{0, 0};
   bool evictable = false;
   ~Entry() {
-    if (buf) ::munmap(buf, size);
+    if (buf) pool->put(buf, size);
   }
 };
 
@@ -37,7 +38,7 @@ std::string_view io_engine_name(IoEngine e) { return e == IoEngine::Uring ? "io_
 std::string_view cache_policy_name(CachePolicy p) { return p == CachePolicy::Lfu ? "lfu" : "lru"; }
 
 ExpertCache::ExpertCache(const std::string& dir, const std::vector<ExpertLayer>& layers, ExpertCacheOptions opt)
-    : files_(dir, layers, opt.io == IoMode::Direct), opt_(opt) {
+    : files_(dir, layers, opt.io == IoMode::Direct), opt_(opt), pool_(std::make_shared<SlotPool>(opt.budget_bytes)) {
   if (opt_.io_threads < 1) fail("expert reader threads must be at least 1, got ", opt_.io_threads);
   for (const auto& l : layers) {
     uint64_t biggest = 1;
@@ -128,38 +129,18 @@ void ExpertCache::unevict(Entry& e) {
 uint8_t* ExpertCache::make_room(uint64_t size, bool over_budget) {
   const uint64_t budget = opt_.budget_bytes;
   if (!over_budget && used_ + size > budget + evictable_bytes_) return nullptr;
-  uint8_t* reuse = nullptr;
   while (used_ + size > budget && !evictable_.empty()) {
     Entry* v = evictable_.begin()->second;
     unevict(*v);
     used_ -= v->size;
     ++st_.evictions;
-    if (!reuse && v->size == size) std::swap(reuse, v->buf);
     v->in_map = false;
-    map_.erase(key(v->layer, v->expert));  // frees v (and its buffer unless reused)
+    map_.erase(key(v->layer, v->expert));  // v's buffer goes back to the pool
   }
+  uint8_t* buf = pool_->get(size);
   used_ += size;
   st_.peak_bytes = std::max(st_.peak_bytes, used_);
-  if (reuse) return reuse;
-  try {
-    return alloc_buffer(size);
-  } catch (...) {
-    used_ -= size;
-    throw;
-  }
-}
-
-uint8_t* ExpertCache::alloc_buffer(uint64_t size) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) fail("expert cache: cannot allocate ", size, " bytes: ", std::strerror(errno));
-  // Huge pages where the kernel allows them, and every page faulted in now in one call: a
-  // read into fresh memory would otherwise take one page fault per 4 KiB (~600 per record),
-  // which costs more than the copy itself (and far more under virtualisation).
-  ::madvise(p, size, MADV_HUGEPAGE);
-#ifdef MADV_POPULATE_WRITE
-  ::madvise(p, size, MADV_POPULATE_WRITE);
-#endif
-  return static_cast<uint8_t*>(p);
+  return buf;
 }
 
 std::shared_ptr<ExpertCache::Entry> ExpertCache::create(int l, int e, uint8_t* buf) {
@@ -168,6 +149,7 @@ std::shared_ptr<ExpertCache::Entry> ExpertCache::create(int l, int e, uint8_t* b
   en->expert = e;
   en->size = files_.layer(l).records[size_t(e)].size;
   en->buf = buf;
+  en->pool = pool_;
   map_[key(l, e)] = en;
   return en;
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "stream/expert_files.h"
+#include "stream/slot_pool.h"
 
 namespace moeflux {
 
@@ -133,7 +134,6 @@ class ExpertCache {
   uint64_t key(int l, int e) const { return (uint64_t(l) << 32) | uint32_t(e); }
   std::shared_ptr<Entry> create(int l, int e, uint8_t* buf);
   uint8_t* make_room(uint64_t size, bool over_budget);
-  static uint8_t* alloc_buffer(uint64_t size);
   void make_evictable(Entry& e);
   void unevict(Entry& e);
   void unpin(const std::shared_ptr<Entry>& e);
@@ -143,6 +143,7 @@ class ExpertCache {
 
   ExpertFiles files_;
   ExpertCacheOptions opt_;
+  std::shared_ptr<SlotPool> pool_;  // record buffers; entries give theirs back when they die
   std::vector<size_t> window_;
   uint64_t total_bytes_ = 0;
 
