@@ -2,9 +2,10 @@
 # CPU decode / prefill benchmark for the GPU host (16-core Xeon, no internet, no PCRE2 /
 # utf8proc / libedit): builds the engine-only moeflux (MOEFLUX_MINIMAL, Release), synthesises
 # a Qwen3-30B-A3B pack (4-bit g64, LAYERS of 48 layers), and runs `moeflux bench` on all
-# threads, on one thread, and on the scalar reference path (one thread, short), writing each
+# threads (default float kernels, then the opt-in integer kernels), on one thread, and on the
+# scalar reference path (one thread, short), writing each
 # table and the machine description to $OUT. Runs in about 5 minutes; each step is time-boxed.
-# Usage: OUT=/some/dir [LAYERS=16] [WORK=/tmp/moeflux-cpu-bench] scripts/device-bench-cpu.sh
+# Usage: OUT=/some/dir [LAYERS=16] [WORK=/tmp/moeflux-cpu-bench] [BUILD_TIMEOUT=300] scripts/device-bench-cpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the output directory}
@@ -26,7 +27,7 @@ gen=()
 if command -v ninja >/dev/null; then gen=(-G Ninja); fi
 cmake -S . -B "$WORK/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON \
   -DMOEFLUX_WERROR=OFF >"$OUT/build.log" 2>&1
-timeout 300 cmake --build "$WORK/build" -j"$(nproc)" --target moeflux >>"$OUT/build.log" 2>&1
+timeout "${BUILD_TIMEOUT:-300}" cmake --build "$WORK/build" -j"$(nproc)" --target moeflux >>"$OUT/build.log" 2>&1
 mf="$WORK/build/src/moeflux"
 
 pack="$WORK/qwen3-30b-a3b-l$LAYERS"
@@ -49,6 +50,8 @@ run() {  # name, time limit (s), env / bench arguments
   cat "$OUT/bench_$name.md"
 }
 run all_threads 90 "$mf" bench -m "$pack" -p 128 -n 32 -r 3
+# The integer-dot kernels (opt-in, results within f32 rounding): compare with all_threads.
+run vnni_all_threads 90 MOEFLUX_CPU_ISA=avx512vnni "$mf" bench -m "$pack" -p 0 -n 32 -r 3
 run one_thread 120 "$mf" bench -m "$pack" -p 32 -n 16 -r 2 --threads 1
 run scalar_one_thread 100 MOEFLUX_CPU_ISA=scalar "$mf" bench -m "$pack" -p 8 -n 4 -r 1 --threads 1
 log "done"

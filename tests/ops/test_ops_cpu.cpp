@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <thread>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -379,6 +381,23 @@ TEST(ThreadPool, ExceptionReachesTheCallerAndPoolSurvives) {
     for (int64_t i = b; i < e; ++i) sum += i;
   });
   EXPECT_EQ(sum.load(), 4950);
+}
+
+// Decode issues thousands of small jobs back to back: workers pick each up without the lock
+// while spinning, and after sleeping (the pause between the two batches outlasts the spin).
+TEST(ThreadPool, BackToBackJobsEachRunOnce) {
+  ThreadPool pool(3);
+  for (int batch = 0; batch < 2; ++batch) {
+    for (int job = 0; job < 500; ++job) {
+      const int64_t n = 1 + job % 17;
+      std::atomic<int64_t> sum{0};
+      pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) sum += i + 1;
+      });
+      ASSERT_EQ(sum.load(), n * (n + 1) / 2) << "job " << job;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 TEST(ThreadPool, NestedCallsRunInline) {

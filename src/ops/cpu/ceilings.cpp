@@ -62,8 +62,10 @@ __attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters) {
   __m512 a[12];
   for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(float(j));
   const __m512 m = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  for (int64_t i = 0; i < iters; ++i)
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12  // without it -O2 keeps a[] in memory and measures half the peak
     for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, b);
+  }
   for (int j = 1; j < 12; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
   return _mm512_reduce_add_ps(a[0]);
 }
@@ -72,8 +74,10 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
   __m256 a[12];
   for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(float(j));
   const __m256 m = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  for (int64_t i = 0; i < iters; ++i)
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
     for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], m, b);
+  }
   alignas(32) float t[8];
   for (int j = 1; j < 12; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
   _mm256_store_ps(t, a[0]);
