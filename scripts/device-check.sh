@@ -15,5 +15,10 @@ for s in ${DEVICE_STEPS:-stream}; do
   case $s in
     stream) OUT=$OUT scripts/device-stream.sh ;;
     cpu) OUT=$OUT WORK=$W scripts/device-bench-cpu.sh ;;
+    stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
+      p=$W/qwen3-30b-a3b-l16
+      MOEFLUX=$W/build/src/moeflux OUTDIR=$OUT/json16 timeout 170 scripts/bench-streaming.sh "$p" 12 2 "5% 100%" | tee "$OUT/stream_table_l16.md"
+      g++ -O2 -std=c++20 -Isrc bench/stream_warm.cpp "$W/build/src/libmoeflux_core.a" -lz -lpthread -o "$W/stream_warm" \
+        && timeout 90 "$W/stream_warm" "$p" 12 3 | tee "$OUT/stream_warm.txt" ;;
   esac
 done
