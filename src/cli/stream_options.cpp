@@ -13,7 +13,8 @@ namespace moeflux::cli {
 void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
   auto* g = sub->add_option_group("expert streaming (packs)");
   g->add_option("--expert-cache", a.expert_cache,
-                "Host memory for experts: auto, a size (8G, 512M) or a share of all experts (30%)");
+                "Host memory for experts: a size (8G, 512M), a share of all experts (30%) or auto "
+                "(no cache when all experts fit in half the RAM: read through the memory map)");
   g->add_option("--io", a.io, "Expert reads: buffered (page cache), direct (O_DIRECT), mmap (no cache)")
       ->check(CLI::IsMember({"buffered", "direct", "mmap"}));
   g->add_option("--io-engine", a.engine, "pread (reader threads) or uring (io_uring)")
@@ -21,7 +22,8 @@ void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
   g->add_option("--io-threads", a.io_threads, "Demand reader threads (pread; plus half as many low-priority prefetch readers) or queue depth (uring)")
       ->check(CLI::Range(1, 256));
   g->add_option("--cache-policy", a.policy, "Eviction: lru or lfu (frequency, LRU among equals)")
-      ->check(CLI::IsMember({"lru", "lfu"}));
+      ->check(CLI::IsMember({"lru", "lfu"}))
+      ->each([&a](const std::string&) { a.cache_policy_given = true; });
   g->add_flag("--no-prefetch", a.no_prefetch, "Do not prefetch the next layer's predicted experts");
   g->add_flag("--verify-experts", a.verify, "Check every expert record's crc32 before use");
   g->add_option("--pin-profile", a.pin_profile, "Routing profile (JSON) whose most used experts stay resident");
@@ -45,6 +47,7 @@ StreamOptions StreamArgs::options() const {
   o.pin_profile = pin_profile;
   o.pin_share = pin_share;
   o.mlock_dense = mlock;
+  o.need_cache = !save_profile.empty() || cache_policy_given;
   if (!o.enabled && (verify || !pin_profile.empty() || !save_profile.empty()))
     fail("--verify-experts, --pin-profile and --save-profile need the expert cache (not --io mmap)");
   parse_cache_budget(expert_cache, 1);  // syntax check before loading anything

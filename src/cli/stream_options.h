@@ -14,6 +14,7 @@ struct StreamArgs {
   int io_threads = 8;
   double pin_share = 0.5;
   bool no_prefetch = false, verify = false, mlock = false, stats = false;
+  bool cache_policy_given = false;
 
   StreamOptions options() const;  // validates
 };

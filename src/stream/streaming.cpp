@@ -69,6 +69,9 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
     by_prefix[man.experts[i].prefix] = int(i);
     for (const auto& r : man.experts[i].records) total += r.size;
   }
+  const bool wants_cache = opt.need_cache || opt.cache.io == IoMode::Direct || opt.cache.verify ||
+                           opt.cache.engine == IoEngine::Uring || !opt.pin_profile.empty();
+  if (opt.budget == "auto" && !wants_cache && parse_cache_budget("auto", total) >= total) return;
   ExpertCacheOptions co = opt.cache;
   co.budget_bytes = parse_cache_budget(opt.budget, total);
   m.expert_cache = std::make_unique<ExpertCache>(pack->dir(), man.experts, co);

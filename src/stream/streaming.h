@@ -14,12 +14,15 @@ namespace moeflux {
 struct StreamOptions {
   bool enabled = true;             // false: experts are read through the memory map (--io mmap)
   std::string budget = "auto";     // --expert-cache: bytes ("8G", "512M", "1234"), "30%" of all
-                                   // expert bytes, or "auto" (all of them if that is at most
-                                   // half the RAM, else half the RAM)
+                                   // expert bytes, or "auto": when all experts fit in half the
+                                   // RAM and nothing below asks for the cache, no cache (the
+                                   // memory map: the page cache holds them without copies);
+                                   // otherwise a cache of min(all experts, half the RAM)
   ExpertCacheOptions cache;        // budget_bytes is set from `budget`
   std::string pin_profile;         // routing profile (JSON) whose most used experts are pinned
   double pin_share = 0.5;          // share of the budget the pinned experts may take
   bool mlock_dense = false;        // --mlock: lock the dense weights in RAM
+  bool need_cache = false;         // e.g. --save-profile: use the cache even where auto would not
 };
 
 // Parses a budget: "auto", N, N[KMGT] (powers of 1024; "iB"/"B" suffixes allowed) or P%

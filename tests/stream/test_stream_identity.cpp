@@ -130,3 +130,30 @@ TEST(StreamIdentityLong, SmallCacheWithPrefetch) {
 
 }  // namespace
 }  // namespace moeflux
+
+namespace moeflux {
+namespace {
+
+// `auto` reads a pack whose experts fit in half the RAM through the memory map (the fastest
+// path there), unless an option needs the cache.
+TEST(StreamAuto, MapsAFittingPackUnlessTheCacheIsAskedFor) {
+  const std::string pack = test::fixture_pack("qwen3_moe/q4");
+  StreamOptions o;
+  EXPECT_FALSE(load_model(pack, o)->expert_cache);
+  o.cache.io = IoMode::Direct;
+  EXPECT_TRUE(load_model(pack, o)->expert_cache);
+  o.cache.io = IoMode::Buffered;
+  o.cache.verify = true;
+  EXPECT_TRUE(load_model(pack, o)->expert_cache);
+  o.cache.verify = false;
+  o.need_cache = true;
+  auto m = load_model(pack, o);
+  ASSERT_TRUE(m->expert_cache);
+  EXPECT_EQ(m->expert_cache->options().budget_bytes, m->expert_cache->total_bytes());
+  o.need_cache = false;
+  o.budget = "50%";
+  EXPECT_TRUE(load_model(pack, o)->expert_cache);
+}
+
+}  // namespace
+}  // namespace moeflux
