@@ -53,12 +53,6 @@ std::string num(double v, int prec) {
   return buf;
 }
 
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1 << 30));
-  else std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1 << 20));
-  return buf;
-}
 }  // namespace
 
 Runner register_bench(CLI::App& app) {
@@ -101,49 +95,41 @@ Runner register_bench(CLI::App& app) {
     using Clock = std::chrono::steady_clock;
     std::vector<Row> rows;
     Session s(*model);
-    if (a->pp > 0) {
-      double row_seconds = 0;
-      std::vector<int32_t> ids(static_cast<size_t>(a->pp));
+    // One test: reps + 1 runs from an empty context, the first a warm-up; `prepare` runs
+    // before the clock starts.
+    auto measure = [&](const std::string& name, int tokens, auto&& prepare, auto&& run) {
+      Row row;
+      row.test = name;
       std::vector<double> tps;
-      for (int r = -1; r < a->reps; ++r) {  // r = -1: warm-up
-        for (auto& t : ids) t = tok(rng);
+      for (int r = -1; r < a->reps; ++r) {
+        prepare();
         s.reset();
         stats_from(r);
-        auto t0 = Clock::now();
-        s.forward(ids, {.all_logits = false});
+        const auto t0 = Clock::now();
+        run();
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (r >= 0) tps.push_back(double(a->pp) / sec);
-        if (r >= 0) row_seconds += sec;
+        if (r >= 0) tps.push_back(double(tokens) / sec), row.seconds += sec;
       }
-      Row row;
-      row.test = "pp" + std::to_string(a->pp);
-      row.seconds = row_seconds;
       stats_into(row);
       std::tie(row.mean, row.sd) = mean_sd(tps);
+      return row;
+    };
+    if (a->pp > 0) {
+      std::vector<int32_t> ids(static_cast<size_t>(a->pp));
+      Row row = measure(
+          "pp" + std::to_string(a->pp), a->pp, [&] { for (auto& t : ids) t = tok(rng); },
+          [&] { s.forward(ids, {.all_logits = false}); });
       row.gflops = row.mean * 2.0 * double(ms.params_per_token) / 1e9;
       row.fma_pct = 100.0 * row.gflops / fma;
       rows.push_back(row);
     }
     if (a->tg > 0) {
-      std::vector<double> tps;
-      double row_seconds = 0;
-      for (int r = -1; r < a->reps; ++r) {
-        s.reset();
-        stats_from(r);
-        auto t0 = Clock::now();
+      Row row = measure("tg" + std::to_string(a->tg), a->tg, [] {}, [&] {
         for (int i = 0; i < a->tg; ++i) {
           const int32_t id = tok(rng);
           s.forward(std::span<const int32_t>(&id, 1), {.all_logits = false});
         }
-        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (r >= 0) tps.push_back(double(a->tg) / sec);
-        if (r >= 0) row_seconds += sec;
-      }
-      Row row;
-      row.test = "tg" + std::to_string(a->tg);
-      row.seconds = row_seconds;
-      stats_into(row);
-      std::tie(row.mean, row.sd) = mean_sd(tps);
+      });
       row.gbs = row.mean * double(ms.bytes_per_token) / 1e9;
       row.bw_pct = 100.0 * row.gbs / bw;
       rows.push_back(row);

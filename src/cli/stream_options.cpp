@@ -67,11 +67,7 @@ void finish_streaming(const Model& m, const StreamArgs& a, double elapsed_s) {
     return;
   }
   const ExpertCache& c = *m.expert_cache;
-  if (!a.save_profile.empty()) {
-    std::vector<ExpertLayer> layers;
-    for (size_t i = 0; i < c.n_layers(); ++i) layers.push_back(c.layer(int(i)));
-    save_routing_profile(a.save_profile, layers, c.access_counts());
-  }
+  if (!a.save_profile.empty()) save_routing_profile(a.save_profile, c.layers(), c.access_counts());
   if (a.stats) std::fprintf(stderr, "%s", format_stream_stats(c.stats(), c.options(), elapsed_s).c_str());
 }
 

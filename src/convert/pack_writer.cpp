@@ -3,13 +3,13 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
 
@@ -40,14 +40,6 @@ void close_file(int& fd, const std::string& what) {
   fd = -1;
 }
 
-uint32_t crc_update(uint32_t crc, const uint8_t* p, uint64_t n) {
-  while (n > 0) {
-    const uInt k = uInt(std::min<uint64_t>(n, 1u << 30));
-    crc = uint32_t(::crc32(crc, p, k));
-    p += k, n -= k;
-  }
-  return crc;
-}
 
 }  // namespace
 
@@ -64,11 +56,11 @@ void PackWriter::add_dense(const std::string& name, const OutPart& t, bool drop_
   static const uint8_t zeros[kDenseAlign] = {};
   const uint64_t off = align_up(dense_size_, kDenseAlign);
   write_all(dense_fd_, zeros, off - dense_size_, dir_ + "/dense.bin");
-  uint32_t crc = uint32_t(::crc32(0, nullptr, 0));
+  uint32_t crc = 0;
   constexpr uint64_t kChunk = 64ull << 20;  // bounds the source pages resident at once
   for (uint64_t i = 0; i < t.nbytes; i += kChunk) {
     const uint64_t n = std::min(kChunk, t.nbytes - i);
-    crc = crc_update(crc, t.data + i, n);
+    crc = crc32_update(crc, t.data + i, n);
     write_all(dense_fd_, t.data + i, n, dir_ + "/dense.bin");
     if (drop_source) drop_mapped_pages(t.data + i, n);
   }
@@ -129,7 +121,7 @@ void PackWriter::add_record(int64_t layer, const std::string& prefix, size_t exp
   record_.assign(r.size, 0);
   for (size_t i = 0; i < parts.size(); ++i)
     std::memcpy(record_.data() + layout[i].offset, parts[i].part->data, layout[i].nbytes);
-  r.crc32 = crc_update(uint32_t(::crc32(0, nullptr, 0)), record_.data(), r.size);
+  r.crc32 = crc32_of(record_.data(), r.size);
   auto it = std::find(l.layouts.begin(), l.layouts.end(), layout);
   r.layout = uint32_t(it - l.layouts.begin());
   if (it == l.layouts.end()) l.layouts.push_back(std::move(layout));

@@ -1,27 +1,16 @@
 // Pack verification and summary (see pack_verify.h).
 #include "format/pack_verify.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
+#include "core/crc32.h"
 #include "core/error.h"
 
 namespace moeflux {
 
 namespace {
-uint32_t crc_of(const uint8_t* p, uint64_t n) {
-  uint32_t crc = uint32_t(::crc32(0, nullptr, 0));
-  while (n > 0) {
-    const uInt k = uInt(std::min<uint64_t>(n, 1u << 30));
-    crc = uint32_t(::crc32(crc, p, k));
-    p += k, n -= k;
-  }
-  return crc;
-}
-
 std::string quant_name(const PackTensor& t) {
   if (!t.quant) return std::string(dtype_name(t.dtype));
   if (t.quant->format == PackQuant::Format::Fp8) return "fp8";
@@ -42,7 +31,7 @@ std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<
   std::vector<PackProblem> out;
   for (const auto& t : m.dense) {
     const uint8_t* p = pack.dense_map().data() + t.offset;
-    const uint32_t c = crc_of(p, t.nbytes);
+    const uint32_t c = crc32_of(p, t.nbytes);
     drop_mapped_pages(p, t.nbytes);
     if (c != t.crc32) out.push_back({"dense tensor '" + t.name + "'", m.dense_file, t.offset, t.nbytes, t.crc32, c});
     if (on_bytes) on_bytes(t.nbytes);
@@ -52,7 +41,7 @@ std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<
     for (size_t e = 0; e < l.records.size(); ++e) {
       const PackRecord& r = l.records[e];
       const uint8_t* p = pack.layer_map(li).data() + r.offset;
-      const uint32_t c = crc_of(p, r.size);
+      const uint32_t c = crc32_of(p, r.size);
       drop_mapped_pages(p, r.size);
       if (c != r.crc32)
         out.push_back({cat("layer ", l.layer, " expert ", e), l.file, r.offset, r.size, r.crc32, c});

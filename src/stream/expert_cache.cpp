@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/crc32.h"
 #include "core/error.h"
 
 namespace moeflux {
@@ -129,14 +130,7 @@ void ExpertCache::unevict(Entry& e) {
 uint8_t* ExpertCache::make_room(uint64_t size, bool over_budget) {
   const uint64_t budget = opt_.budget_bytes;
   if (!over_budget && used_ + size > budget + evictable_bytes_) return nullptr;
-  while (used_ + size > budget && !evictable_.empty()) {
-    Entry* v = evictable_.begin()->second;
-    unevict(*v);
-    used_ -= v->size;
-    ++st_.evictions;
-    v->in_map = false;
-    map_.erase(key(v->layer, v->expert));  // v's buffer goes back to the pool
-  }
+  evict_to(budget > size ? budget - size : 0);
   uint8_t* buf = pool_->get(size);
   used_ += size;
   st_.peak_bytes = std::max(st_.peak_bytes, used_);
@@ -154,14 +148,14 @@ std::shared_ptr<ExpertCache::Entry> ExpertCache::create(int l, int e, uint8_t* b
   return en;
 }
 
-void ExpertCache::trim() {
-  while (used_ > opt_.budget_bytes && !evictable_.empty()) {
+void ExpertCache::evict_to(uint64_t limit) {
+  while (used_ > limit && !evictable_.empty()) {
     Entry* v = evictable_.begin()->second;
     unevict(*v);
     used_ -= v->size;
     ++st_.evictions;
     v->in_map = false;
-    map_.erase(key(v->layer, v->expert));
+    map_.erase(key(v->layer, v->expert));  // v's buffer goes back to the pool
   }
 }
 
@@ -169,7 +163,7 @@ void ExpertCache::unpin(const std::shared_ptr<Entry>& e) {
   std::lock_guard lock(mu_);
   MF_ASSERT(e->pins > 0);
   if (--e->pins == 0) make_evictable(*e);
-  trim();
+  evict_to(opt_.budget_bytes);
 }
 
 // ---- Requests -------------------------------------------------------------------------------
@@ -305,7 +299,7 @@ bool ExpertCache::take_job(ReadJob* job, bool block, Queues which) {
 void ExpertCache::finish_job(const ReadJob& job, std::string error) {
   if (error.empty() && opt_.verify) {
     const uint32_t want = files_.layer(job.layer).records[size_t(job.expert)].crc32;
-    const uint32_t got = record_crc32(job.dst, job.size);
+    const uint32_t got = crc32_of(job.dst, job.size);
     if (got != want) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "checksum mismatch (crc32 %08x, manifest %08x)", got, want);
@@ -329,7 +323,7 @@ void ExpertCache::finish_job(const ReadJob& job, std::string error) {
       e.in_map = false;
       map_.erase(key(e.layer, e.expert));  // a later request reads it again
     }
-    trim();
+    evict_to(opt_.budget_bytes);
   }
   ready_cv_.notify_all();
 }

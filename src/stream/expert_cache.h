@@ -116,6 +116,7 @@ class ExpertCache {
   const ExpertCacheOptions& options() const { return opt_; }
   size_t n_layers() const { return files_.n_layers(); }
   const ExpertLayer& layer(int l) const { return files_.layer(l); }
+  const std::vector<ExpertLayer>& layers() const { return files_.layers(); }
   uint64_t total_bytes() const { return total_bytes_; }  // all records of the pack
   ExpertCacheStats stats() const;
   void reset_stats();
@@ -137,7 +138,7 @@ class ExpertCache {
   void make_evictable(Entry& e);
   void unevict(Entry& e);
   void unpin(const std::shared_ptr<Entry>& e);
-  void trim();
+  void evict_to(uint64_t limit);  // evicts unpinned entries (policy order) until used_ <= limit
   void reader_loop(Queues which);
   void stop_workers();
 

@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
@@ -12,17 +11,6 @@
 #include "core/error.h"
 
 namespace moeflux {
-
-uint32_t record_crc32(const uint8_t* p, size_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  while (n > 0) {
-    const uInt chunk = uInt(std::min<size_t>(n, 1u << 30));
-    c = crc32(c, p, chunk);
-    p += chunk;
-    n -= chunk;
-  }
-  return uint32_t(c);
-}
 
 ExpertFiles::ExpertFiles(const std::string& dir, const std::vector<ExpertLayer>& layers, bool direct)
     : dir_(dir), layers_(layers), direct_(direct), fds_(layers.size()) {

@@ -25,6 +25,7 @@ class ExpertFiles {
   ExpertFiles& operator=(const ExpertFiles&) = delete;
 
   const ExpertLayer& layer(int l) const { return layers_[size_t(l)]; }
+  const std::vector<ExpertLayer>& layers() const { return layers_; }
   size_t n_layers() const { return layers_.size(); }
   bool direct() const { return direct_; }
   std::string path(int l) const;
@@ -55,8 +56,5 @@ class ExpertFiles {
   std::vector<std::shared_ptr<const int>> fds_;
   FaultHook hook_;
 };
-
-// crc32 (zlib) of n bytes.
-uint32_t record_crc32(const uint8_t* p, size_t n);
 
 }  // namespace moeflux

@@ -8,14 +8,15 @@
 namespace moeflux {
 
 namespace {
-std::string gib(uint64_t b) {
-  char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1ull << 30));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1ull << 20));
-  return buf;
-}
 double pct(uint64_t a, uint64_t b) { return b ? 100.0 * double(a) / double(b) : 0.0; }
 }  // namespace
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  return buf;
+}
 
 uint64_t peak_rss_bytes() {
   rusage u{};
@@ -27,7 +28,7 @@ std::string format_stream_stats(const ExpertCacheStats& s, const ExpertCacheOpti
   char buf[1024];
   std::string out;
   std::snprintf(buf, sizeof buf, "expert cache: host budget %s (%s), %s I/O via %s x%d, prefetch %s%s\n",
-                gib(s.budget_bytes).c_str(), std::string(cache_policy_name(o.policy)).c_str(),
+                human_bytes(double(s.budget_bytes)).c_str(), std::string(cache_policy_name(o.policy)).c_str(),
                 std::string(io_mode_name(o.io)).c_str(), std::string(io_engine_name(o.engine)).c_str(),
                 o.io_threads, o.prefetch ? "on" : "off", o.verify ? ", verified" : "");
   out += buf;
@@ -35,8 +36,8 @@ std::string format_stream_stats(const ExpertCacheStats& s, const ExpertCacheOpti
                 "  host tier: %llu lookups, %llu hits (%.1f%%), %llu hits in flight, %llu misses; "
                 "resident %s, peak %s, %llu evictions\n",
                 (unsigned long long)s.lookups, (unsigned long long)s.hits, pct(s.hits, s.lookups),
-                (unsigned long long)s.inflight_hits, (unsigned long long)s.misses, gib(s.resident_bytes).c_str(),
-                gib(s.peak_bytes).c_str(), (unsigned long long)s.evictions);
+                (unsigned long long)s.inflight_hits, (unsigned long long)s.misses, human_bytes(double(s.resident_bytes)).c_str(),
+                human_bytes(double(s.peak_bytes)).c_str(), (unsigned long long)s.evictions);
   out += buf;
   std::snprintf(buf, sizeof buf,
                 "  prefetch: %llu issued, %llu used, %llu dropped (no room); prediction precision %.1f%%, "
@@ -47,11 +48,11 @@ std::string format_stream_stats(const ExpertCacheStats& s, const ExpertCacheOpti
   std::snprintf(buf, sizeof buf,
                 "  I/O: %llu reads, %s, %.2f GB/s while reading (%.2f s busy), %llu failed; "
                 "stalled %.3f s (%.1f%% of %.3f s)\n",
-                (unsigned long long)s.reads, gib(s.bytes_read).c_str(), s.io_gbs(), s.io_busy_s,
+                (unsigned long long)s.reads, human_bytes(double(s.bytes_read)).c_str(), s.io_gbs(), s.io_busy_s,
                 (unsigned long long)s.failures, s.stall_s, elapsed_s > 0 ? 100 * s.stall_s / elapsed_s : 0.0,
                 elapsed_s);
   out += buf;
-  std::snprintf(buf, sizeof buf, "  process peak RSS %s\n", gib(peak_rss_bytes()).c_str());
+  std::snprintf(buf, sizeof buf, "  process peak RSS %s\n", human_bytes(double(peak_rss_bytes())).c_str());
   out += buf;
   return out;
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "stream/expert_cache.h"
 #include "stream/routing_profile.h"
@@ -37,7 +38,7 @@ struct Files {
         PackRecord rec;
         rec.offset = bytes.size();
         rec.size = kRec;
-        rec.crc32 = record_crc32(reinterpret_cast<const uint8_t*>(r.data()), r.size());
+        rec.crc32 = crc32_of(reinterpret_cast<const uint8_t*>(r.data()), r.size());
         el.records.push_back(rec);
         bytes += r;
       }
