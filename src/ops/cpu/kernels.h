@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned.h"
 #include "ops/qweight.h"
 
 namespace moeflux::cpu {
@@ -26,17 +27,29 @@ struct PreparedX {
   const float* x = nullptr;  // natural x (T, cols) when !interleaved
   int64_t stride = 0;        // floats per token in xs (cols padded to whole chunks)
   int64_t gstride = 0;       // floats per token in gsum (n_groups padded by >= 16 zeros)
-  std::vector<float> xs;     // (T, stride)
-  std::vector<float> gsum;   // (T, gstride): sum of x over each quantisation group
+  AlignedVector<float> xs;   // (T, stride)
+  AlignedVector<float> gsum; // (T, gstride): sum of x over each quantisation group
   // int16 path (CpuIsa::Avx512Vnni, T == 1): x split per block of 32 into xq + xr / 65534,
   // both int16 in the word order of the codes (kernels_avx512_vnni.cpp); dx the per-block
   // scales (padded with 16 zeros).
   bool q16 = false;
-  std::vector<int16_t> xq, xr;
-  std::vector<float> dx;
+  AlignedVector<int16_t> xq, xr;
+  AlignedVector<float> dx;
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
 };
 void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px);
+
+// First quantisation group of chunk j (CH codes) as the chunks are walked in order, without
+// a division per chunk (affine_fast: gs divides CH or CH divides gs).
+struct GroupCursor {
+  int64_t per_chunk, chunks_per_group, g = 0, k = 0;
+  GroupCursor(int64_t CH, int64_t gs)
+      : per_chunk(CH >= gs ? CH / gs : 0), chunks_per_group(CH >= gs ? 1 : gs / CH) {}
+  void next() {
+    if (per_chunk) g += per_chunk;
+    else if (++k == chunks_per_group) k = 0, ++g;
+  }
+};
 
 struct Kernels {
   int lanes;  // f32 lanes of one vector (the x layout); 1 for scalar

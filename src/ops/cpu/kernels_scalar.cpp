@@ -49,7 +49,7 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shif
 }
 
 float* scratch(int slot, size_t n) {
-  thread_local std::vector<float> bufs[8];
+  thread_local AlignedVector<float> bufs[8];
   MF_ASSERT(slot >= 0 && slot < 8);
   if (bufs[slot].size() < n) bufs[slot].resize(n);
   return bufs[slot].data();
