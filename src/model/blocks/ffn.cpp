@@ -81,32 +81,55 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   size_t total = 0;
   for (int32_t e : used) at[size_t(e)] = total, total += by_expert[size_t(e)].size() * size_t(dim);
   std::vector<float> ys(total), xe;
-  auto run = [&](int32_t e, const SwiGlu& s) {
-    const auto& toks = by_expert[size_t(e)];
-    const int64_t n = int64_t(toks.size());
-    xe.resize(size_t(n * dim));
-    for (int64_t j = 0; j < n; ++j) std::copy_n(x + toks[size_t(j)].first * dim, dim, xe.data() + j * dim);
-    s.apply_batch(xe.data(), n, ys.data() + at[size_t(e)]);
+  // Runs experts; one token's experts go through one batched op (two parallel regions).
+  auto run = [&](std::span<const int32_t> es, std::span<const SwiGlu> ws) {
+    if (T == 1 && es.size() > 1) {
+      std::vector<const QWeight*> g, u, d;
+      std::vector<float*> outs;
+      for (size_t j = 0; j < es.size(); ++j)
+        g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down), outs.push_back(ys.data() + at[size_t(es[j])]);
+      return swiglu_experts(int(es.size()), g.data(), u.data(), d.data(), x, outs.data());
+    }
+    for (size_t j = 0; j < es.size(); ++j) {
+      const auto& toks = by_expert[size_t(es[j])];
+      const int64_t n = int64_t(toks.size());
+      xe.resize(size_t(n * dim));
+      for (int64_t i = 0; i < n; ++i) std::copy_n(x + toks[size_t(i)].first * dim, dim, xe.data() + i * dim);
+      ws[j].apply_batch(xe.data(), n, ys.data() + at[size_t(es[j])]);
+    }
   };
   if (!cache) {
-    for (int32_t e : used) run(e, experts[size_t(e)]);
+    std::vector<SwiGlu> ws;
+    for (int32_t e : used) ws.push_back(experts[size_t(e)]);
+    run(used, ws);
   } else {
     // Windows of experts the cache budget holds; all reads of a window are issued at once,
-    // the next layer's prefetch right after the first window's demand reads.
+    // the next layer's prefetch right after the first window's demand reads. What is in
+    // memory runs first, then the rest once it has arrived.
     const size_t win = cache->window(cache_layer);
     for (size_t i0 = 0; i0 < used.size(); i0 += win) {
       const std::span<const int32_t> part(used.data() + i0, std::min(win, used.size() - i0));
       auto refs = cache->fetch(cache_layer, part);
       if (i0 == 0 && cache->options().prefetch) prefetch_next(x, T);
       std::vector<bool> done(part.size(), false);
-      for (int pass = 0; pass < 2; ++pass)  // what is in memory first, then wait in order
+      // A batch's experts run together (one token: a batched op); several tokens run each
+      // expert as soon as it arrives.
+      auto run_ready = [&](bool all) {
+        std::vector<int32_t> es;
+        std::vector<SwiGlu> ws;
+        std::vector<size_t> js;
         for (size_t j = 0; j < part.size(); ++j) {
-          if (done[j] || (pass == 0 && !refs[j].ready())) continue;
+          if (done[j] || (!all && !refs[j].ready())) continue;
           const int32_t e = part[j];
-          run(e, rebased(experts[size_t(e)], record_base[size_t(e)], refs[j].wait()));
-          done[j] = true;
-          refs[j].release();
+          es.push_back(e), js.push_back(j);
+          ws.push_back(rebased(experts[size_t(e)], record_base[size_t(e)], refs[j].wait()));
+          if (T > 1) run(std::span(es).last(1), std::span(ws).last(1)), done[j] = true, refs[j].release();
         }
+        if (T == 1) run(es, ws);
+        for (size_t j : js) done[j] = true, refs[j].release();
+      };
+      run_ready(false);
+      run_ready(true);
     }
   }
   std::fill(out, out + T * dim, 0.0f);

@@ -64,6 +64,36 @@ void matvec(const QWeight& w, const float* x, float* y) {
   matvec_multi(1, ws, x, ys);
 }
 
+namespace {
+// x prepared for w with the table's ISA path (the int16 path when it takes w, else lanes).
+void prepare_for(const cpu::Kernels& k, const QWeight& w, const float* x, cpu::PreparedX* px) {
+  if (!k.prepare_special || !k.prepare_special(w, x, px)) cpu::prepare_x(w, x, 1, k.lanes, true, px);
+}
+
+// Rows of n weights, weight i against its prepared x pxs[i], split over the threads in one
+// parallel region: global row r0..r1 spans the weights in order. Rows are dealt out as if
+// they cost the same (the callers pass weights of one layout and shape).
+void rows_region(const cpu::Kernels& k, int n, const QWeight* const* ws, const cpu::PreparedX* const* pxs,
+                 float* const* ys) {
+  int64_t rows = 0;
+  for (int i = 0; i < n; ++i) rows += ws[i]->rows;
+  for_rows(rows, int64_t(ws[0]->row_bytes()), 1, [&](int64_t r0, int64_t r1) {
+    int64_t base = 0;
+    for (int i = 0; i < n && base < r1; base += ws[i]->rows, ++i) {
+      const int64_t lo = std::max(r0, base), hi = std::min(r1, base + ws[i]->rows);
+      if (lo < hi) k.matvec_rows(*ws[i], *pxs[i], ys[i], lo - base, hi - base);
+    }
+  });
+}
+
+// Prepared x's reused across calls (their buffers only grow); see prepared_x().
+std::vector<cpu::PreparedX>& prepared_pool(size_t n) {
+  thread_local std::vector<cpu::PreparedX> pool;
+  if (pool.size() < n) pool.resize(n);
+  return pool;
+}
+}  // namespace
+
 void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const* ys) {
   MF_ASSERT(n >= 1 && n <= 8);
   for (int i = 1; i < n; ++i)
@@ -73,17 +103,45 @@ void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const*
     }
   const cpu::Kernels& k = kernels();
   cpu::PreparedX& px = prepared_x();
-  if (!k.prepare_special || !k.prepare_special(*ws[0], x, &px)) cpu::prepare_x(*ws[0], x, 1, k.lanes, true, &px);
-  int64_t rows = 0;
-  for (int i = 0; i < n; ++i) rows += ws[i]->rows;
-  // Global row r0..r1 spans the weights in order.
-  for_rows(rows, int64_t(ws[0]->row_bytes()), 1, [&](int64_t r0, int64_t r1) {
-    int64_t base = 0;
-    for (int i = 0; i < n && base < r1; base += ws[i]->rows, ++i) {
-      const int64_t lo = std::max(r0, base), hi = std::min(r1, base + ws[i]->rows);
-      if (lo < hi) k.matvec_rows(*ws[i], px, ys[i], lo - base, hi - base);
-    }
-  });
+  prepare_for(k, *ws[0], x, &px);
+  const cpu::PreparedX* pxs[8];
+  std::fill(pxs, pxs + n, &px);
+  rows_region(k, n, ws, pxs, ys);
+}
+
+void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                    const float* x, float* const* outs) {
+  MF_ASSERT(n >= 1);
+  bool uniform = true;
+  for (int i = 0; i < n; ++i) {
+    MF_ASSERT(gate[i]->rows == up[i]->rows && gate[i]->rows == down[i]->cols && gate[i]->cols == up[i]->cols);
+    uniform = uniform && same_layout(*gate[0], *gate[i]) && same_layout(*gate[0], *up[i]) &&
+              same_layout(*down[0], *down[i]) && gate[i]->rows == gate[0]->rows && down[i]->rows == down[0]->rows;
+  }
+  if (!uniform) {
+    for (int i = 0; i < n; ++i) swiglu_expert(*gate[i], *up[i], *down[i], x, outs[i]);
+    return;
+  }
+  const cpu::Kernels& k = kernels();
+  const int64_t hidden = gate[0]->rows;
+  float* gu = cpu::scratch(4, size_t(2 * n * hidden));  // expert i: gate at 2i, up at 2i + 1
+  std::vector<const QWeight*> ws(static_cast<size_t>(2 * n));
+  std::vector<float*> ys(static_cast<size_t>(2 * n));
+  for (int i = 0; i < n; ++i) {
+    ws[size_t(2 * i)] = gate[i], ws[size_t(2 * i + 1)] = up[i];
+    ys[size_t(2 * i)] = gu + 2 * i * hidden, ys[size_t(2 * i + 1)] = gu + (2 * i + 1) * hidden;
+  }
+  std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n));
+  std::vector<const cpu::PreparedX*> pxs(static_cast<size_t>(2 * n), &pool[0]);
+  prepare_for(k, *gate[0], x, &pool[0]);
+  rows_region(k, 2 * n, ws.data(), pxs.data(), ys.data());
+  for (int i = 0; i < n; ++i) {
+    float* g = gu + 2 * i * hidden;
+    swiglu_ref(g, g + hidden, hidden, g);
+    prepare_for(k, *down[i], g, &pool[size_t(i)]);
+    pxs[size_t(i)] = &pool[size_t(i)];
+  }
+  rows_region(k, n, down, pxs.data(), outs);
 }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {

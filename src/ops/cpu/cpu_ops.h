@@ -26,6 +26,13 @@ void matmul(const QWeight& w, const float* x, int64_t T, float* y);
 void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, const float* x,
                    float* out);
 
+// One token through n experts: outs[i] (down[i].rows) = down_i(silu(gate_i x) * (up_i x)).
+// All gate and up rows of the n experts are split over the threads in one parallel region and
+// all down rows in a second (decode runs top-k small matrices per layer; a region per matrix
+// spends more on hand-offs than on rows). Experts of mixed layouts run one by one.
+void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                    const float* x, float* const* outs);
+
 // Causal GQA attention of one query over n_ctx cached positions; as attention_ref.
 // q (n_heads, head_dim); k (n_ctx, n_kv_heads, head_dim); v (n_ctx, n_kv_heads, v_dim);
 // out (n_heads, v_dim).
