@@ -79,41 +79,32 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   }
 }
 
-void dot4(const float* const* w, const float* x, int64_t n, float* out) {
-  __m256 c[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+// 4 rows x NT (1 or 2) tokens: 4 NT accumulators + 4 rows + NT x in 16 ymm registers
+// (4 x 4 would spill), 4 + NT loads per 4 NT FMAs; loops unrolled by pragma so that -O2
+// keeps the accumulators in registers.
+template <int NT>
+void dot4xt(const float* const* w, const float* const* x, int64_t n, float out[4][2]) {
+  __m256 c[4][NT];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; ++t) c[j][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n; i += L) {
     const __m256i m = tail_mask(n - i);
-    const __m256 xv = _mm256_maskload_ps(x + i, m);
-    for (int j = 0; j < 4; ++j) c[j] = _mm256_fmadd_ps(_mm256_maskload_ps(w[j] + i, m), xv, c[j]);
+    __m256 wv[4], xv[NT];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) wv[j] = _mm256_maskload_ps(w[j] + i, m);
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; ++t) xv[t] = _mm256_maskload_ps(x[t] + i, m);
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) c[j][t] = _mm256_fmadd_ps(wv[j], xv[t], c[j][t]);
   }
-  for (int j = 0; j < 4; ++j) out[j] = hsum(c[j]);
-}
-
-// 4 rows x 4 tokens: 16 accumulators, 8 loads per 16 FMAs (FMA-bound, not load-bound).
-void dot4x4(const float* const* w, const float* const* x, int64_t n, float out[4][4]) {
-  __m256 c[4][4];
-  for (auto& ci : c)
-    for (auto& cij : ci) cij = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    const __m256 w0 = _mm256_loadu_ps(w[0] + i), w1 = _mm256_loadu_ps(w[1] + i), w2 = _mm256_loadu_ps(w[2] + i), w3 = _mm256_loadu_ps(w[3] + i);
-    for (int t = 0; t < 4; ++t) {
-      const __m256 xv = _mm256_loadu_ps(x[t] + i);
-      c[0][t] = _mm256_fmadd_ps(w0, xv, c[0][t]);
-      c[1][t] = _mm256_fmadd_ps(w1, xv, c[1][t]);
-      c[2][t] = _mm256_fmadd_ps(w2, xv, c[2][t]);
-      c[3][t] = _mm256_fmadd_ps(w3, xv, c[3][t]);
-    }
-  }
-  if (i < n) {
-    const __m256i m = tail_mask(n - i);
-    for (int t = 0; t < 4; ++t) {
-      const __m256 xv = _mm256_maskload_ps(x[t] + i, m);
-      for (int j = 0; j < 4; ++j) c[j][t] = _mm256_fmadd_ps(_mm256_maskload_ps(w[j] + i, m), xv, c[j][t]);
-    }
-  }
+#pragma GCC unroll 4
   for (int j = 0; j < 4; ++j)
-    for (int t = 0; t < 4; ++t) out[j][t] = hsum(c[j][t]);
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; ++t) out[j][t] = hsum(c[j][t]);
 }
 
 // ---- dense and fp8 rows ----
@@ -367,18 +358,14 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
       if (i < nr) decode_row(w, px, rb + i, buf + i * n, sb, bb);
       else rows[i] = rows[0];
     }
-    int64_t t = 0;
-    for (; t + 4 <= px.T; t += 4) {
-      const float* xs[4] = {px.token(t), px.token(t + 1), px.token(t + 2), px.token(t + 3)};
-      float out[4][4];
-      dot4x4(rows, xs, n, out);
+    for (int64_t t = 0; t < px.T; t += 2) {
+      const int nt = int(std::min<int64_t>(2, px.T - t));
+      const float* xs[2] = {px.token(t), px.token(t + nt - 1)};
+      float out[4][2];
+      if (nt == 2) dot4xt<2>(rows, xs, n, out);
+      else dot4xt<1>(rows, xs, n, out);
       for (int i = 0; i < nr; ++i)
-        for (int u = 0; u < 4; ++u) y[(t + u) * ldy + rb + i] = out[i][u];
-    }
-    for (; t < px.T; ++t) {
-      float out[4];
-      dot4(rows, px.token(t), n, out);
-      for (int i = 0; i < nr; ++i) y[t * ldy + rb + i] = out[i];
+        for (int u = 0; u < nt; ++u) y[(t + u) * ldy + rb + i] = out[i][u];
     }
   }
 }
