@@ -49,7 +49,8 @@ run() {  # name, time limit (s), env / bench arguments
   fi
   cat "$OUT/bench_$name.md"
 }
-run all_threads 90 "$mf" bench -m "$pack" -p 128 -n 32 -r 3
+run all_threads 90 "$mf" bench -m "$pack" -p 128 -n 32 -r 3 --profile
+run eight_threads 60 "$mf" bench -m "$pack" -p 0 -n 32 -r 3 --threads 8 --profile
 # The integer-dot kernels (opt-in, results within f32 rounding): compare with all_threads.
 run vnni_all_threads 90 MOEFLUX_CPU_ISA=avx512vnni "$mf" bench -m "$pack" -p 0 -n 32 -r 3
 run one_thread 120 "$mf" bench -m "$pack" -p 32 -n 16 -r 2 --threads 1

@@ -26,7 +26,7 @@ namespace {
 struct BenchArgs {
   std::string model;
   int pp = 512, tg = 128, reps = 5, threads = 0;
-  bool json = false;
+  bool json = false, profile = false;
   StreamArgs stream;
 };
 
@@ -35,6 +35,7 @@ struct Row {
   double mean = 0, sd = 0;  // tokens/s
   double gbs = 0, bw_pct = 0, gflops = 0, fma_pct = 0;
   double seconds = 0;              // measured runs, warm-up excluded
+  PoolProfile pool;                // --profile: the thread pool over the measured runs
   bool streamed = false;           // expert cache statistics of the measured runs:
   ExpertCacheStats cache;
 };
@@ -64,6 +65,8 @@ Runner register_bench(CLI::App& app) {
   sub->add_option("-r,--repetitions", a->reps, "Runs per test")->check(CLI::Range(1, 1000));
   sub->add_option("-t,--threads", a->threads, "Threads (default: physical cores)")->check(CLI::Range(0, 1024));
   sub->add_flag("--json", a->json, "Print the results as JSON");
+  sub->add_flag("--profile", a->profile,
+                "Also report the thread pool's parallel regions per token and how busy the threads were in them");
   add_stream_options(sub, a->stream, false);
   return [a]() {
     set_cpu_threads(a->threads);
@@ -105,12 +108,14 @@ Runner register_bench(CLI::App& app) {
         prepare();
         s.reset();
         stats_from(r);
+        if (r == 0 && a->profile) ThreadPool::reset_profile(), ThreadPool::set_profiling(true);
         const auto t0 = Clock::now();
         run();
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         if (r >= 0) tps.push_back(double(tokens) / sec), row.seconds += sec;
       }
       stats_into(row);
+      if (a->profile) row.pool = ThreadPool::profile(), ThreadPool::set_profiling(false);
       std::tie(row.mean, row.sd) = mean_sd(tps);
       return row;
     };
@@ -164,6 +169,17 @@ Runner register_bench(CLI::App& app) {
                   tg ? human_bytes(double(ms.bytes_per_token)).c_str() : "",
                   tg ? num(r.gbs, 2).c_str() : "", tg ? num(r.bw_pct, 1).c_str() : "",
                   tg ? "" : num(r.gflops, 1).c_str(), tg ? "" : num(r.fma_pct, 1).c_str());
+    }
+    if (a->profile) {
+      std::printf("\n| test | parallel regions / token | us / region | %% of time in regions | threads busy %% of region time |\n");
+      std::printf("|---|---|---|---|---|\n");
+      for (const auto& r : rows) {
+        const double tokens = r.mean * r.seconds;  // tokens over the measured runs
+        const PoolProfile& p = r.pool;
+        std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", r.test.c_str(), double(p.regions) / tokens,
+                    p.regions ? 1e6 * p.region_s / double(p.regions) : 0.0, 100.0 * p.region_s / r.seconds,
+                    p.region_s > 0 ? 100.0 * p.busy_s / (p.region_s * threads) : 0.0);
+      }
     }
     std::printf("\nceilings measured now on %d threads: read %.1f GB/s, FMA %.1f GFLOP/s (%s)\n", threads, bw, fma,
                 isa.c_str());

@@ -5,6 +5,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "core/cpu_features.h"
@@ -18,7 +19,23 @@ constexpr int kSpinIters = 20000;   // workers: ~0.5-1 ms of polling before slee
 constexpr int kWaitIters = 256;     // the caller, for the workers' last chunks (~10 us)
 
 inline void cpu_relax() { __builtin_ia32_pause(); }
+
+std::atomic<bool> g_profiling{false};
+std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0};
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
 }  // namespace
+
+void ThreadPool::set_profiling(bool on) { g_profiling.store(on); }
+PoolProfile ThreadPool::profile() {
+  return PoolProfile{g_regions.load(), double(g_region_ns.load()) * 1e-9, double(g_busy_ns.load()) * 1e-9};
+}
+void ThreadPool::reset_profile() {
+  g_regions = 0, g_region_ns = 0, g_busy_ns = 0;
+}
 
 ThreadPool::ThreadPool(int n_threads) {
   MF_ASSERT(n_threads >= 1);
@@ -39,6 +56,8 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::take_chunks() {
   const bool was_in = t_in_pool_task;
   t_in_pool_task = true;
+  const bool prof = g_profiling.load(std::memory_order_relaxed);
+  const uint64_t t0 = prof ? now_ns() : 0;
   for (;;) {
     const int64_t b = next_.fetch_add(grain_, std::memory_order_relaxed);
     if (b >= n_) break;
@@ -50,6 +69,7 @@ void ThreadPool::take_chunks() {
       next_.store(n_, std::memory_order_relaxed);  // the others stop taking chunks
     }
   }
+  if (prof) g_busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   t_in_pool_task = was_in;
 }
 
@@ -86,6 +106,8 @@ void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
     for (int64_t b = 0; b < n; b += grain) fn(ctx, b, std::min(n, b + grain));  // inline
     return;
   }
+  const bool prof = g_profiling.load(std::memory_order_relaxed);
+  const uint64_t t0 = prof ? now_ns() : 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = fn, ctx_ = ctx, n_ = n, grain_ = grain;
@@ -107,6 +129,7 @@ void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
     err = error_;
     error_ = nullptr;
   }
+  if (prof) g_regions.fetch_add(1, std::memory_order_relaxed), g_region_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   if (err) std::rethrow_exception(err);
 }
 

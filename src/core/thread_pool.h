@@ -14,6 +14,13 @@
 
 namespace moeflux {
 
+// Where parallel time goes (moeflux bench --profile): counted only while enabled.
+struct PoolProfile {
+  uint64_t regions = 0;    // parallel_for calls handed to the workers
+  double region_s = 0;     // wall time inside them, on the calling thread
+  double busy_s = 0;       // time all threads spent running chunks inside them
+};
+
 class ThreadPool {
  public:
   // n_threads in total, the caller included (n_threads - 1 workers). PRECOND: n_threads >= 1.
@@ -23,6 +30,11 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
+
+  // Profiling of every pool (off by default: it reads the clock around every chunk).
+  static void set_profiling(bool on);
+  static PoolProfile profile();
+  static void reset_profile();
 
   // Calls fn(begin, end) on disjoint chunks [begin, end) covering [0, n), each at most
   // `grain` long, and returns when all have run.

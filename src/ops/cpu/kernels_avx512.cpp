@@ -167,29 +167,45 @@ inline __m512 code_shifted(__m512i v) {
   else return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(((1 << BITS) - 1) << (BITS * K))));
 }
 
-template <int BITS>
-float affine_row_dot(const QWeight& w, int64_t r, const float* xs, const float* gsum, float* sb,
-                     __m512i lg) {
+// Rows r0..r1 of y = W x, scales / biases of type S. Per row: the scales go to sb (padded
+// with zeros for the permute), the bias terms sum_g bias_g * gsum_g are accumulated, then the
+// codes are dotted chunk by chunk, each chunk's sum scaled by its lanes' group scales.
+// Everything that depends only on the matrix is computed once per call, not per row.
+template <int BITS, DType S>
+void affine_matvec_rows_t(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   constexpr int P = 32 / BITS, CH = P * L;
-  const int64_t gs = w.group_size, words = w.cols / P;
-  const __m512 bias_terms = affine_row_params_v(w, r, gsum, sb, nullptr);
-  const uint32_t* q = reinterpret_cast<const uint32_t*>(w.data + r * int64_t(w.row_bytes()));
-  __m512 acc = _mm512_setzero_ps();
-  GroupCursor gc(CH, gs);
-  for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
-    // Software prefetch 4 KiB ahead: the decode is heavy enough that the hardware
-    // prefetcher alone leaves DRAM idle (measured: +50% on cold 4-bit rows).
-    _mm_prefetch(reinterpret_cast<const char*>(q + wi) + 4096, _MM_HINT_T0);
-    const __m512i v = words - wi >= L ? _mm512_loadu_si512(q + wi) : _mm512_maskz_loadu_epi32(tail_mask(words - wi), q + wi);
-    const float* xc = xs + j * CH;
-    __m512 c[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    [&]<int... K>(std::integer_sequence<int, K...>) {
-      ((c[K & 1] = _mm512_fmadd_ps(code_shifted<BITS, K>(v), _mm512_loadu_ps(xc + K * L), c[K & 1])), ...);
-    }(std::make_integer_sequence<int, P>{});
-    const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + gc.g));
-    acc = _mm512_fmadd_ps(_mm512_add_ps(c[0], c[1]), sv, acc);
+  const int64_t gs = w.group_size, words = w.cols / P, ng = w.cols / gs;
+  const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
+  const __m512i lg = lane_groups<P>(gs);
+  float* sb = scratch(1, size_t(ng + 2 * L));
+  const float *xs = px.xs.data(), *gsum = px.gsum.data();
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *sp = w.scales + r * sbytes, *bp = w.biases + r * sbytes;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t g = 0;
+    for (; g < ng; g += L) {
+      const __mmask16 m = tail_mask(ng - g);
+      _mm512_storeu_ps(sb + g, load16<S>(sp, g, m));
+      acc = _mm512_fmadd_ps(load16<S>(bp, g, m), _mm512_loadu_ps(gsum + g), acc);
+    }
+    _mm512_storeu_ps(sb + g, _mm512_setzero_ps());
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(w.data) + r * words;
+    GroupCursor gc(CH, gs);
+    for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
+      // Software prefetch 4 KiB ahead: the decode is heavy enough that the hardware
+      // prefetcher alone leaves DRAM idle (measured: +50% on cold 4-bit rows).
+      _mm_prefetch(reinterpret_cast<const char*>(q + wi) + 4096, _MM_HINT_T0);
+      const __m512i v = words - wi >= L ? _mm512_loadu_si512(q + wi) : _mm512_maskz_loadu_epi32(tail_mask(words - wi), q + wi);
+      const float* xc = xs + j * CH;
+      __m512 c[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+      [&]<int... K>(std::integer_sequence<int, K...>) {
+        ((c[K & 1] = _mm512_fmadd_ps(code_shifted<BITS, K>(v), _mm512_loadu_ps(xc + K * L), c[K & 1])), ...);
+      }(std::make_integer_sequence<int, P>{});
+      const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + gc.g));
+      acc = _mm512_fmadd_ps(_mm512_add_ps(c[0], c[1]), sv, acc);
+    }
+    y[r] = _mm512_reduce_add_ps(acc);  // one reduction per row
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc, bias_terms));  // one reduction per row
 }
 
 // Row r decoded (w = q * s + b) in the lane-interleaved order of the prepared x.
@@ -214,9 +230,11 @@ void affine_row_decode(const QWeight& w, int64_t r, float* out, float* sb, float
 template <int BITS>
 void affine_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   MF_ASSERT(px.shifted);  // PRECOND: x prepared for in-place codes
-  float* sb = scratch(1, params_size(w));
-  const __m512i lg = lane_groups<32 / BITS>(w.group_size);
-  for (int64_t r = r0; r < r1; ++r) y[r] = affine_row_dot<BITS>(w, r, px.xs.data(), px.gsum.data(), sb, lg);
+  switch (w.sdtype) {
+    case DType::F16: return affine_matvec_rows_t<BITS, DType::F16>(w, px, y, r0, r1);
+    case DType::BF16: return affine_matvec_rows_t<BITS, DType::BF16>(w, px, y, r0, r1);
+    default: return affine_matvec_rows_t<BITS, DType::F32>(w, px, y, r0, r1);
+  }
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
