@@ -3,8 +3,7 @@
 # utf8proc / libedit): builds the engine-only moeflux (MOEFLUX_MINIMAL, Release), synthesises
 # a Qwen3-30B-A3B pack (4-bit g64, LAYERS of 48 layers), and runs `moeflux bench` on all
 # threads (default float kernels, then the opt-in integer kernels), on one thread, and on the
-# scalar reference path (one thread, short), writing each
-# table and the machine description to $OUT. Runs in about 5 minutes; each step is time-boxed.
+# scalar reference path (one thread, short), writing the tables (bench_cpu.md) and the machine description to $OUT. Runs in about 5 minutes; each step is time-boxed.
 # Usage: OUT=/some/dir [LAYERS=16] [WORK=/tmp/moeflux-cpu-bench] [BUILD_TIMEOUT=300] scripts/device-bench-cpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,15 +38,18 @@ if [ ! -f "$pack/manifest.json" ]; then
 fi
 du -sh "$pack" | tee -a "$OUT/steps.log"
 
-# Each run prints the llama-bench table and the ceilings it measured on the same threads.
+# Each run prints the llama-bench table and the ceilings it measured on the same threads; all
+# tables go to one file (bench_cpu.md, stderr to bench_cpu.err): the device tool returns at
+# most 8 files.
 run() {  # name, time limit (s), env / bench arguments
   local name=$1 limit=$2
   shift 2
   log "bench $name: $*"
-  if ! timeout "$limit" env "$@" >"$OUT/bench_$name.md" 2>"$OUT/bench_$name.err"; then
-    log "bench $name: failed or timed out (see bench_$name.err)"
+  { echo; echo "## $name: $*"; echo; } | tee -a "$OUT/bench_cpu.md"
+  if ! timeout "$limit" env "$@" >"$WORK/last.md" 2>>"$OUT/bench_cpu.err"; then
+    log "bench $name: failed or timed out (see bench_cpu.err)"
   fi
-  cat "$OUT/bench_$name.md"
+  tee -a "$OUT/bench_cpu.md" <"$WORK/last.md"
 }
 run all_threads 90 "$mf" bench -m "$pack" -p 128 -n 32 -r 3 --profile
 run eight_threads 60 "$mf" bench -m "$pack" -p 0 -n 32 -r 3 --threads 8 --profile
