@@ -81,22 +81,32 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   size_t total = 0;
   for (int32_t e : used) at[size_t(e)] = total, total += by_expert[size_t(e)].size() * size_t(dim);
   std::vector<float> ys(total), xe;
-  // Runs experts; one token's experts go through one batched op (two parallel regions).
+  // Runs experts through one batched op (two parallel regions): one token's, or several
+  // tokens' with each expert's tokens gathered.
   auto run = [&](std::span<const int32_t> es, std::span<const SwiGlu> ws) {
-    if (T == 1 && es.size() > 1) {
+    if (es.empty()) return;
+    if (T == 1) {
       std::vector<const QWeight*> g, u, d;
       std::vector<float*> outs;
       for (size_t j = 0; j < es.size(); ++j)
         g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down), outs.push_back(ys.data() + at[size_t(es[j])]);
       return swiglu_experts(int(es.size()), g.data(), u.data(), d.data(), x, outs.data());
     }
+    // Several tokens: each expert's tokens gathered, all experts in one batched op.
+    std::vector<int64_t> xat(es.size() + 1, 0), tn(es.size());
+    for (size_t j = 0; j < es.size(); ++j)
+      tn[j] = int64_t(by_expert[size_t(es[j])].size()), xat[j + 1] = xat[j] + tn[j] * dim;
+    xe.resize(size_t(xat.back()));
+    std::vector<const QWeight*> g, u, d;
+    std::vector<const float*> xs;
+    std::vector<float*> outs;
     for (size_t j = 0; j < es.size(); ++j) {
       const auto& toks = by_expert[size_t(es[j])];
-      const int64_t n = int64_t(toks.size());
-      xe.resize(size_t(n * dim));
-      for (int64_t i = 0; i < n; ++i) std::copy_n(x + toks[size_t(i)].first * dim, dim, xe.data() + i * dim);
-      ws[j].apply_batch(xe.data(), n, ys.data() + at[size_t(es[j])]);
+      for (int64_t i = 0; i < tn[j]; ++i) std::copy_n(x + toks[size_t(i)].first * dim, dim, xe.data() + xat[j] + i * dim);
+      g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down);
+      xs.push_back(xe.data() + xat[j]), outs.push_back(ys.data() + at[size_t(es[j])]);
     }
+    swiglu_experts_batch(int(es.size()), g.data(), u.data(), d.data(), xs.data(), tn.data(), outs.data());
   };
   if (!cache) {
     std::vector<SwiGlu> ws;
@@ -112,8 +122,8 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
       auto refs = cache->fetch(cache_layer, part);
       if (i0 == 0 && cache->options().prefetch) prefetch_next(x, T);
       std::vector<bool> done(part.size(), false);
-      // A batch's experts run together (one token: a batched op); several tokens run each
-      // expert as soon as it arrives.
+      // The hits run together (one batched op), then the rest: together for one token, each
+      // as soon as it arrives for several (a prefill's expert is worth starting early).
       auto run_ready = [&](bool all) {
         std::vector<int32_t> es;
         std::vector<SwiGlu> ws;
@@ -123,9 +133,9 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
           const int32_t e = part[j];
           es.push_back(e), js.push_back(j);
           ws.push_back(rebased(experts[size_t(e)], record_base[size_t(e)], refs[j].wait()));
-          if (T > 1) run(std::span(es).last(1), std::span(ws).last(1)), done[j] = true, refs[j].release();
+          if (T > 1 && all) run(std::span(es).last(1), std::span(ws).last(1)), done[j] = true, refs[j].release();
         }
-        if (T == 1) run(es, ws);
+        if (T == 1 || !all) run(es, ws);
         for (size_t j : js) done[j] = true, refs[j].release();
       };
       run_ready(false);

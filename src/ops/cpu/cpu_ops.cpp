@@ -167,6 +167,72 @@ void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, 
   matvec(down, g, out);
 }
 
+void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                          const float* const* xs, const int64_t* T, float* const* outs) {
+  MF_ASSERT(n >= 1);
+  const cpu::Kernels& k = kernels();
+  std::vector<int64_t> at(static_cast<size_t>(n) + 1, 0);  // token offsets into g / u
+  bool shared_x = true;  // gate and up of each expert take the same prepared x
+  for (int i = 0; i < n; ++i) {
+    MF_ASSERT(gate[i]->rows == up[i]->rows && gate[i]->rows == down[i]->cols && gate[i]->cols == up[i]->cols &&
+              gate[i]->rows == gate[0]->rows && T[i] >= 1);
+    shared_x = shared_x && same_layout(*gate[i], *up[i]);
+    at[size_t(i) + 1] = at[size_t(i)] + T[i];
+  }
+  if (!shared_x) {  // mixed quantisation within an expert: one matmul at a time
+    for (int i = 0; i < n; ++i) {
+      const int64_t h = gate[i]->rows;
+      std::vector<float> gi(static_cast<size_t>(T[i] * h)), ui(static_cast<size_t>(T[i] * h));
+      matmul(*gate[i], xs[i], T[i], gi.data());
+      matmul(*up[i], xs[i], T[i], ui.data());
+      swiglu_ref(gi.data(), ui.data(), T[i] * h, gi.data());
+      matmul(*down[i], gi.data(), T[i], outs[i]);
+    }
+    return;
+  }
+  const int64_t hidden = gate[0]->rows, total = at[size_t(n)];
+  std::vector<float> g(static_cast<size_t>(total * hidden)), u(static_cast<size_t>(total * hidden));
+  std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n));
+  for (int i = 0; i < n; ++i) cpu::prepare_x(*gate[i], xs[i], T[i], k.lanes, false, &pool[size_t(i)]);
+  // Tasks of kRowBlock rows of one expert: dealt out one at a time, so that experts with many
+  // tokens balance with those with few.
+  constexpr int64_t kRowBlock = 64;
+  struct Task {
+    int i;
+    int64_t r0, r1;
+  };
+  std::vector<Task> tasks;
+  auto make_tasks = [&](int64_t rows) {
+    tasks.clear();
+    for (int i = 0; i < n; ++i)
+      for (int64_t r = 0; r < rows; r += kRowBlock) tasks.push_back({i, r, std::min(rows, r + kRowBlock)});
+  };
+  auto run_tasks = [&](auto&& fn) {
+    ThreadPool& pool_ = cpu_thread_pool();
+    if (pool_.size() == 1) {
+      for (const Task& t : tasks) fn(t);
+      return;
+    }
+    pool_.parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) fn(tasks[size_t(j)]);
+    });
+  };
+  // Gate and up rows of a block, then h = silu(gate) * up on the block.
+  make_tasks(hidden);
+  run_tasks([&](const Task& t) {
+    float* gi = g.data() + at[size_t(t.i)] * hidden;
+    float* ui = u.data() + at[size_t(t.i)] * hidden;
+    k.matmul_rows(*gate[t.i], pool[size_t(t.i)], gi, hidden, t.r0, t.r1);
+    k.matmul_rows(*up[t.i], pool[size_t(t.i)], ui, hidden, t.r0, t.r1);
+    for (int64_t tok = 0; tok < T[t.i]; ++tok)
+      swiglu_ref(gi + tok * hidden + t.r0, ui + tok * hidden + t.r0, t.r1 - t.r0, gi + tok * hidden + t.r0);
+  });
+  for (int i = 0; i < n; ++i)
+    cpu::prepare_x(*down[i], g.data() + at[size_t(i)] * hidden, T[i], k.lanes, false, &pool[size_t(i)]);
+  make_tasks(down[0]->rows);
+  run_tasks([&](const Task& t) { k.matmul_rows(*down[t.i], pool[size_t(t.i)], outs[t.i], down[t.i]->rows, t.r0, t.r1); });
+}
+
 void attention(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t n_heads,
                int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out) {
   MF_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_ctx > 0);

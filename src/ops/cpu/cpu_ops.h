@@ -33,6 +33,14 @@ void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, 
 void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                     const float* x, float* const* outs);
 
+// Several experts, each over its own tokens (batched prefill): outs[i] (T[i], down[i].rows)
+// = down_i(silu(gate_i x) * (up_i x)) for x = xs[i] (T[i], gate[i].cols). All experts' gate
+// and up rows run in one parallel region and all down rows in a second, in tasks of a few
+// rows of one expert each, so that experts with many tokens balance with those with few.
+// PRECOND: the experts have the same hidden size.
+void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                          const float* const* xs, const int64_t* T, float* const* outs);
+
 // Causal GQA attention of one query over n_ctx cached positions; as attention_ref.
 // q (n_heads, head_dim); k (n_ctx, n_kv_heads, head_dim); v (n_ctx, n_kv_heads, v_dim);
 // out (n_heads, v_dim).
