@@ -45,15 +45,10 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   }
   // Attend: token t sees positions <= pos0 + t (within the sliding window, if any).
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t n_ctx = len0 + t + 1;
-    const int64_t first = window > 0 && n_ctx > window ? n_ctx - window : 0;
-    float* at = att.data() + t * qd;
-    attention(q.data() + t * qd, kv.k.data() + first * kd, kv.v.data() + first * kd, n_ctx - first, n_heads,
-              n_kv_heads, head_dim, head_dim, scale, at);
-    if (gated)
-      for (int64_t i = 0; i < qd; ++i) at[i] *= 1.0f / (1.0f + std::exp(-gate[size_t(t * qd + i)]));
-  }
+  attention_causal(q.data(), kv.k.data(), kv.v.data(), T, len0, window, n_heads, n_kv_heads, head_dim, head_dim,
+                   scale, att.data());
+  if (gated)
+    for (int64_t i = 0; i < T * qd; ++i) att[size_t(i)] *= 1.0f / (1.0f + std::exp(-gate[size_t(i)]));
   matmul(wo, att.data(), T, out);
 }
 

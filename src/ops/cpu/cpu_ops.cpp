@@ -191,9 +191,17 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
     return;
   }
   const int64_t hidden = gate[0]->rows, total = at[size_t(n)];
-  std::vector<float> g(static_cast<size_t>(total * hidden)), u(static_cast<size_t>(total * hidden));
+  float* g = cpu::scratch(6, size_t(total * hidden));  // gate, then h = silu(gate) * up
+  float* u = cpu::scratch(7, size_t(total * hidden));
   std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n));
-  for (int i = 0; i < n; ++i) cpu::prepare_x(*gate[i], xs[i], T[i], k.lanes, false, &pool[size_t(i)]);
+  // Each expert's x prepared by whichever thread takes it (many experts: a serial loop here
+  // would leave the other threads idle).
+  auto prepare_all = [&](const QWeight* const* ws, auto&& x_of) {
+    for_rows(n, ws[0]->cols * 4 * (total / n + 1), 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) cpu::prepare_x(*ws[i], x_of(i), T[i], k.lanes, false, &pool[size_t(i)]);
+    });
+  };
+  prepare_all(gate, [&](int64_t i) { return xs[i]; });
   // Tasks of kRowBlock rows of one expert: dealt out one at a time, so that experts with many
   // tokens balance with those with few.
   constexpr int64_t kRowBlock = 64;
@@ -220,38 +228,51 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
   // Gate and up rows of a block, then h = silu(gate) * up on the block.
   make_tasks(hidden);
   run_tasks([&](const Task& t) {
-    float* gi = g.data() + at[size_t(t.i)] * hidden;
-    float* ui = u.data() + at[size_t(t.i)] * hidden;
+    float* gi = g + at[size_t(t.i)] * hidden;
+    float* ui = u + at[size_t(t.i)] * hidden;
     k.matmul_rows(*gate[t.i], pool[size_t(t.i)], gi, hidden, t.r0, t.r1);
     k.matmul_rows(*up[t.i], pool[size_t(t.i)], ui, hidden, t.r0, t.r1);
     for (int64_t tok = 0; tok < T[t.i]; ++tok)
       swiglu_ref(gi + tok * hidden + t.r0, ui + tok * hidden + t.r0, t.r1 - t.r0, gi + tok * hidden + t.r0);
   });
-  for (int i = 0; i < n; ++i)
-    cpu::prepare_x(*down[i], g.data() + at[size_t(i)] * hidden, T[i], k.lanes, false, &pool[size_t(i)]);
+  prepare_all(down, [&](int64_t i) { return g + at[size_t(i)] * hidden; });
   make_tasks(down[0]->rows);
   run_tasks([&](const Task& t) { k.matmul_rows(*down[t.i], pool[size_t(t.i)], outs[t.i], down[t.i]->rows, t.r0, t.r1); });
 }
 
+namespace {
+// One head of one query over n_ctx cached positions (attention_ref's order of operations).
+void attend_head(const cpu::Kernels& kn, const float* qh, const float* k, const float* v, int64_t n_ctx,
+                 int64_t n_kv_heads, int64_t kvh, int64_t head_dim, int64_t v_dim, float scale, float* p, float* oh) {
+  for (int64_t t = 0; t < n_ctx; ++t) p[t] = kn.dot(qh, k + (t * n_kv_heads + kvh) * head_dim, head_dim) * scale;
+  softmax_ref(p, n_ctx);
+  std::fill(oh, oh + v_dim, 0.0f);
+  for (int64_t t = 0; t < n_ctx; ++t) kn.axpy(p[t], v + (t * n_kv_heads + kvh) * v_dim, oh, v_dim);
+}
+}  // namespace
+
 void attention(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t n_heads,
                int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out) {
-  MF_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_ctx > 0);
+  attention_causal(q, k, v, 1, n_ctx - 1, 0, n_heads, n_kv_heads, head_dim, v_dim, scale, out);
+}
+
+void attention_causal(const float* q, const float* k, const float* v, int64_t T, int64_t len0, int64_t window,
+                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out) {
+  MF_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && T > 0 && len0 >= 0);
   const cpu::Kernels& kn = kernels();
   const int64_t group = n_heads / n_kv_heads;
-  auto heads = [&](int64_t h0, int64_t h1) {
-    float* p = cpu::scratch(3, size_t(n_ctx));
-    for (int64_t h = h0; h < h1; ++h) {
-      const int64_t kvh = h / group;
-      const float* qh = q + h * head_dim;
-      for (int64_t t = 0; t < n_ctx; ++t) p[t] = kn.dot(qh, k + (t * n_kv_heads + kvh) * head_dim, head_dim) * scale;
-      softmax_ref(p, n_ctx);
-      float* oh = out + h * v_dim;
-      std::fill(oh, oh + v_dim, 0.0f);
-      for (int64_t t = 0; t < n_ctx; ++t) kn.axpy(p[t], v + (t * n_kv_heads + kvh) * v_dim, oh, v_dim);
+  auto items = [&](int64_t i0, int64_t i1) {  // item i: token i / n_heads, head i % n_heads
+    float* p = cpu::scratch(3, size_t(len0 + T));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / n_heads, h = i % n_heads, n_ctx = len0 + t + 1;
+      const int64_t first = window > 0 && n_ctx > window ? n_ctx - window : 0;
+      attend_head(kn, q + (t * n_heads + h) * head_dim, k + first * n_kv_heads * head_dim,
+                  v + first * n_kv_heads * v_dim, n_ctx - first, n_kv_heads, h / group, head_dim, v_dim, scale, p,
+                  out + (t * n_heads + h) * v_dim);
     }
   };
-  const int64_t per_head = n_ctx * (head_dim + v_dim) * 4;
-  for_rows(n_heads, per_head, 1, heads);
+  const int64_t per_item = (len0 + (T + 1) / 2) * (head_dim + v_dim) * 4;  // average context
+  for_rows(T * n_heads, per_item, 1, items);
 }
 
 }  // namespace moeflux

@@ -47,4 +47,12 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
 void attention(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t n_heads,
                int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out);
 
+// T causal queries at positions len0 .. len0 + T - 1 in one parallel region over (token,
+// head): query t attends to positions [first, len0 + t], first = len0 + t + 1 - window when
+// window > 0 and that is positive, else 0. q (T, n_heads, head_dim); k, v hold >= len0 + T
+// positions (n_kv_heads per position); out (T, n_heads, v_dim). Each query's result equals
+// attention() over its own context.
+void attention_causal(const float* q, const float* k, const float* v, int64_t T, int64_t len0, int64_t window,
+                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out);
+
 }  // namespace moeflux
