@@ -25,6 +25,7 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     matmul(wk, x, T, kv.k.data() + len0 * kd);
     matmul(wv, x, T, kv.v.data() + len0 * kd);
   }
+  std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
   for (int64_t t = 0; t < T; ++t) {
     float* qt = q.data() + t * qd;
     float* kt = kv.k.data() + (len0 + t) * kd;
@@ -34,13 +35,14 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
         qt[h * head_dim + d] = qgt[h * qrow + d];
         if (gated) gate[size_t(t * qd + h * head_dim + d)] = qgt[h * qrow + head_dim + d];
       }
+    rope_angles(rope, pos0 + t, cs.data());  // once per position, for all heads
     for (int64_t h = 0; h < n_heads; ++h) {
       if (!q_norm.empty()) rmsnorm_ref(qt + h * head_dim, q_norm.data(), head_dim, norm_eps, qt + h * head_dim);
-      rope_ref(qt + h * head_dim, rope, pos0 + t);
+      rope_apply(qt + h * head_dim, rope, cs.data());
     }
     for (int64_t h = 0; h < n_kv_heads; ++h) {
       if (!k_norm.empty()) rmsnorm_ref(kt + h * head_dim, k_norm.data(), head_dim, norm_eps, kt + h * head_dim);
-      rope_ref(kt + h * head_dim, rope, pos0 + t);
+      rope_apply(kt + h * head_dim, rope, cs.data());
     }
   }
   // Attend: token t sees positions <= pos0 + t (within the sliding window, if any).

@@ -35,6 +35,7 @@ void MlaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   const int64_t len0 = lc.len();
   lc.c.resize(size_t((len0 + T) * R));
   lc.k_pe.resize(size_t((len0 + T) * P));
+  std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * dim;
     float* qt = q.data() + t * n_heads * qk;
@@ -45,10 +46,11 @@ void MlaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     } else {
       matvec(wq, xt, qt);
     }
+    rope_angles(rope, pos0 + t, cs.data());  // once per position, for all heads
     for (int64_t h = 0; h < n_heads; ++h) {
       float* qpe = qt + h * qk + qk_nope_dim;
       if (rope_interleave) deinterleave(qpe, P);
-      rope_ref(qpe, rope, pos0 + t);
+      rope_apply(qpe, rope, cs.data());
     }
     matvec(wkv_a, xt, kv.data());
     float* ct = lc.c.data() + (len0 + t) * R;
@@ -56,7 +58,7 @@ void MlaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     rmsnorm_ref(kv.data(), kv_a_norm.data(), R, lora_norm_eps, ct);
     std::memcpy(kt, kv.data() + R, size_t(P) * sizeof(float));
     if (rope_interleave) deinterleave(kt, P);
-    rope_ref(kt, rope, pos0 + t);
+    rope_apply(kt, rope, cs.data());
   }
   if (path == MlaPath::Naive) attend_naive(q.data(), T, lc, out);
   else attend_absorbed(q.data(), T, lc, out);

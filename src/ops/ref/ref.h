@@ -37,6 +37,10 @@ RopeTable make_rope_table(const RopeConfig& cfg, int64_t head_dim);
 // Rotate-half ("NeoX") RoPE of the first t.rot_dim values of one head vector at `pos`:
 // dim i pairs with i + rot_dim / 2.
 void rope_ref(float* v, const RopeTable& t, int64_t pos);
+// The same in two steps, so that all heads of a position share one table: cs (rot_dim) =
+// cos (first half) and sin (second half) of the angles at pos, then the rotation.
+void rope_angles(const RopeTable& t, int64_t pos, float* cs);
+void rope_apply(float* v, const RopeTable& t, const float* cs);
 
 // Causal GQA attention of one query position against n_ctx cached positions.
 // q (n_heads, head_dim); k (n_ctx, n_kv_heads, head_dim); v (n_ctx, n_kv_heads, v_dim);

@@ -56,15 +56,29 @@ RopeTable make_rope_table(const RopeConfig& cfg, int64_t head_dim) {
   return t;
 }
 
-void rope_ref(float* v, const RopeTable& t, int64_t pos) {
+void rope_angles(const RopeTable& t, int64_t pos, float* cs) {
   const int64_t half = t.rot_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     const float ang = float(pos) * t.inv_freq[i];  // f32 product, as transformers
-    const float c = std::cos(ang) * t.attn_factor, s = std::sin(ang) * t.attn_factor;
+    cs[i] = std::cos(ang) * t.attn_factor;
+    cs[half + i] = std::sin(ang) * t.attn_factor;
+  }
+}
+
+void rope_apply(float* v, const RopeTable& t, const float* cs) {
+  const int64_t half = t.rot_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cs[i], s = cs[half + i];
     const float x1 = v[i], x2 = v[i + half];
     v[i] = x1 * c - x2 * s;
     v[i + half] = x2 * c + x1 * s;
   }
+}
+
+void rope_ref(float* v, const RopeTable& t, int64_t pos) {
+  std::vector<float> cs(static_cast<size_t>(t.rot_dim));
+  rope_angles(t, pos, cs.data());
+  rope_apply(v, t, cs.data());
 }
 
 }  // namespace moeflux
