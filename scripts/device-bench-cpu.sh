@@ -57,4 +57,14 @@ run eight_threads 60 "$mf" bench -m "$pack" -p 0 -n 32 -r 3 --threads 8 --profil
 run vnni_all_threads 90 MOEFLUX_CPU_ISA=avx512vnni "$mf" bench -m "$pack" -p 0 -n 32 -r 3
 run one_thread 120 "$mf" bench -m "$pack" -p 32 -n 16 -r 2 --threads 1
 run scalar_one_thread 100 MOEFLUX_CPU_ISA=scalar "$mf" bench -m "$pack" -p 8 -n 4 -r 1 --threads 1
+# Where decode time goes on all threads, when perf is there (symbols of the main thread and
+# the workers together).
+if command -v perf >/dev/null; then
+  log "perf: decode on all threads"
+  timeout 90 perf record -g -o "$WORK/perf.data" "$mf" bench -m "$pack" -p 0 -n 32 -r 2 >/dev/null 2>&1 || true
+  perf report -i "$WORK/perf.data" --stdio --no-children -s symbol -g none 2>/dev/null | grep '%' | head -40 \
+    >"$OUT/perf_decode.txt" || true
+else
+  log "perf: not installed"
+fi
 log "done"

@@ -125,20 +125,30 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
   const cpu::Kernels& k = kernels();
   const int64_t hidden = gate[0]->rows;
   float* gu = cpu::scratch(4, size_t(2 * n * hidden));  // expert i: gate at 2i, up at 2i + 1
-  std::vector<const QWeight*> ws(static_cast<size_t>(2 * n));
-  std::vector<float*> ys(static_cast<size_t>(2 * n));
-  for (int i = 0; i < n; ++i) {
-    ws[size_t(2 * i)] = gate[i], ws[size_t(2 * i + 1)] = up[i];
-    ys[size_t(2 * i)] = gu + 2 * i * hidden, ys[size_t(2 * i + 1)] = gu + (2 * i + 1) * hidden;
-  }
   std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n));
-  std::vector<const cpu::PreparedX*> pxs(static_cast<size_t>(2 * n), &pool[0]);
   prepare_for(k, *gate[0], x, &pool[0]);
-  rows_region(k, 2 * n, ws.data(), pxs.data(), ys.data());
+  // Region 1: blocks of rows of one expert, its gate and up rows, then h = silu(gate) * up on
+  // the block (in place of gate), so that no serial pass over the experts follows.
+  const int threads = cpu_thread_pool().size();
+  const int64_t per_expert = std::max<int64_t>(1, int64_t(4 * threads) / n);  // ~4 blocks per thread
+  const int64_t block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
+  const int64_t blocks = (hidden + block - 1) / block;
+  const cpu::PreparedX& px = pool[0];
+  auto gate_up = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i = b / blocks, r0 = (b % blocks) * block, r1 = std::min(hidden, r0 + block);
+      float *g = gu + 2 * i * hidden, *u = g + hidden;
+      k.matvec_rows(*gate[i], px, g, r0, r1);
+      k.matvec_rows(*up[i], px, u, r0, r1);
+      swiglu_ref(g + r0, u + r0, r1 - r0, g + r0);
+    }
+  };
+  if (2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes || threads == 1) gate_up(0, n * blocks);
+  else cpu_thread_pool().parallel_for(n * blocks, 1, gate_up);
+  // Region 2: all down rows, each expert against its own prepared h.
+  std::vector<const cpu::PreparedX*> pxs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    float* g = gu + 2 * i * hidden;
-    swiglu_ref(g, g + hidden, hidden, g);
-    prepare_for(k, *down[i], g, &pool[size_t(i)]);
+    prepare_for(k, *down[i], gu + 2 * i * hidden, &pool[size_t(i)]);
     pxs[size_t(i)] = &pool[size_t(i)];
   }
   rows_region(k, n, down, pxs.data(), outs);
