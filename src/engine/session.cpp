@@ -66,12 +66,20 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
   const float eps = float(c.norm_eps);
   for (int64_t l = 0; l < L; ++l) {
     const Layer& layer = m_.layers[size_t(l)];
-    for (int64_t t = 0; t < T; ++t)
-      rmsnorm_ref(x.data() + t * dim, layer.attn_norm.data(), dim, eps, h.data() + t * dim);
+    // x += y (unless first), then h = norm(x), token by token over the threads.
+    auto add_norm = [&](const std::vector<float>& w, bool add) {
+      for_tokens(T, dim * 12, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          float* xt = x.data() + t * dim;
+          if (add)
+            for (int64_t i = 0; i < dim; ++i) xt[i] += y[size_t(t * dim + i)];
+          rmsnorm_ref(xt, w.data(), dim, eps, h.data() + t * dim);
+        }
+      });
+    };
+    add_norm(layer.attn_norm, false);
     layer.mixer->forward(h.data(), T, pos0, *states_[size_t(l)], y.data());
-    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
-    for (int64_t t = 0; t < T; ++t)
-      rmsnorm_ref(x.data() + t * dim, layer.ffn_norm.data(), dim, eps, h.data() + t * dim);
+    add_norm(layer.ffn_norm, true);
     layer.ffn->forward(h.data(), T, y.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
     if (opt.hidden && l + 1 < L) std::copy(x.begin(), x.end(), opt.hidden->begin() + (l + 1) * T * dim);

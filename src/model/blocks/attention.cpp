@@ -25,26 +25,29 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     matmul(wk, x, T, kv.k.data() + len0 * kd);
     matmul(wv, x, T, kv.v.data() + len0 * kd);
   }
-  std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
-  for (int64_t t = 0; t < T; ++t) {
-    float* qt = q.data() + t * qd;
-    float* kt = kv.k.data() + (len0 + t) * kd;
-    const float* qgt = qg.data() + t * n_heads * qrow;
-    for (int64_t h = 0; h < n_heads; ++h)
-      for (int64_t d = 0; d < head_dim; ++d) {
-        qt[h * head_dim + d] = qgt[h * qrow + d];
-        if (gated) gate[size_t(t * qd + h * head_dim + d)] = qgt[h * qrow + head_dim + d];
+  // Split q / gate, q / k norms and RoPE, token by token over the threads.
+  for_tokens(T, (n_heads + n_kv_heads) * head_dim * 24, [&](int64_t t0, int64_t t1) {
+    std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
+    for (int64_t t = t0; t < t1; ++t) {
+      float* qt = q.data() + t * qd;
+      float* kt = kv.k.data() + (len0 + t) * kd;
+      const float* qgt = qg.data() + t * n_heads * qrow;
+      for (int64_t h = 0; h < n_heads; ++h)
+        for (int64_t d = 0; d < head_dim; ++d) {
+          qt[h * head_dim + d] = qgt[h * qrow + d];
+          if (gated) gate[size_t(t * qd + h * head_dim + d)] = qgt[h * qrow + head_dim + d];
+        }
+      rope_angles(rope, pos0 + t, cs.data());  // once per position, for all heads
+      for (int64_t h = 0; h < n_heads; ++h) {
+        if (!q_norm.empty()) rmsnorm_ref(qt + h * head_dim, q_norm.data(), head_dim, norm_eps, qt + h * head_dim);
+        rope_apply(qt + h * head_dim, rope, cs.data());
       }
-    rope_angles(rope, pos0 + t, cs.data());  // once per position, for all heads
-    for (int64_t h = 0; h < n_heads; ++h) {
-      if (!q_norm.empty()) rmsnorm_ref(qt + h * head_dim, q_norm.data(), head_dim, norm_eps, qt + h * head_dim);
-      rope_apply(qt + h * head_dim, rope, cs.data());
+      for (int64_t h = 0; h < n_kv_heads; ++h) {
+        if (!k_norm.empty()) rmsnorm_ref(kt + h * head_dim, k_norm.data(), head_dim, norm_eps, kt + h * head_dim);
+        rope_apply(kt + h * head_dim, rope, cs.data());
+      }
     }
-    for (int64_t h = 0; h < n_kv_heads; ++h) {
-      if (!k_norm.empty()) rmsnorm_ref(kt + h * head_dim, k_norm.data(), head_dim, norm_eps, kt + h * head_dim);
-      rope_apply(kt + h * head_dim, rope, cs.data());
-    }
-  }
+  });
   // Attend: token t sees positions <= pos0 + t (within the sliding window, if any).
   const float scale = 1.0f / std::sqrt(float(head_dim));
   attention_causal(q.data(), kv.k.data(), kv.v.data(), T, len0, window, n_heads, n_kv_heads, head_dim, head_dim,

@@ -101,11 +101,16 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     std::vector<const float*> xs;
     std::vector<float*> outs;
     for (size_t j = 0; j < es.size(); ++j) {
-      const auto& toks = by_expert[size_t(es[j])];
-      for (int64_t i = 0; i < tn[j]; ++i) std::copy_n(x + toks[size_t(i)].first * dim, dim, xe.data() + xat[j] + i * dim);
       g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down);
       xs.push_back(xe.data() + xat[j]), outs.push_back(ys.data() + at[size_t(es[j])]);
     }
+    for_tokens(int64_t(es.size()), 8 * (xat.back() + 1) / int64_t(es.size()), [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const auto& toks = by_expert[size_t(es[size_t(j)])];
+        for (int64_t i = 0; i < tn[size_t(j)]; ++i)
+          std::copy_n(x + toks[size_t(i)].first * dim, dim, xe.data() + xat[size_t(j)] + i * dim);
+      }
+    });
     swiglu_experts_batch(int(es.size()), g.data(), u.data(), d.data(), xs.data(), tn.data(), outs.data());
   };
   if (!cache) {
@@ -142,16 +147,32 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
       run_ready(true);
     }
   }
-  std::fill(out, out + T * dim, 0.0f);
-  for (int32_t e : used) {
-    const auto& toks = by_expert[size_t(e)];
-    for (size_t j = 0; j < toks.size(); ++j) {
-      float* ot = out + toks[j].first * dim;
-      const float* ye = ys.data() + at[size_t(e)] + j * size_t(dim);
-      const float wt = toks[j].second;
-      for (int64_t i = 0; i < dim; ++i) ot[i] += wt * ye[i];
-    }
+  // out[t] = sum of its experts' weighted outputs, added in ascending expert id (the order the
+  // result is defined by), token by token over the threads.
+  struct Slot {
+    size_t off;  // of the expert's output row in ys
+    float wt;
+  };
+  std::vector<Slot> slot(static_cast<size_t>(T * K));
+  {
+    std::vector<size_t> fill(static_cast<size_t>(T), 0);
+    for (int32_t e : used)
+      for (size_t j = 0; j < by_expert[size_t(e)].size(); ++j) {
+        const auto [t, wt] = by_expert[size_t(e)][j];
+        slot[size_t(t * K) + fill[size_t(t)]++] = {at[size_t(e)] + j * size_t(dim), wt};
+      }
   }
+  for_tokens(T, dim * 4 * (K + 1), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* ot = out + t * dim;
+      std::fill(ot, ot + dim, 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const Slot& sl = slot[size_t(t * K + k)];
+        const float* ye = ys.data() + sl.off;
+        for (int64_t i = 0; i < dim; ++i) ot[i] += sl.wt * ye[i];
+      }
+    }
+  });
   if (shared.empty()) return;
   std::vector<float> scale(static_cast<size_t>(T), 1.0f);
   if (has_shared_gate) {

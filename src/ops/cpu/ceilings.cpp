@@ -126,7 +126,7 @@ double fma_peak_gflops(int threads) {
   const int64_t iters = 4'000'000;
   ThreadPool pool(threads);
   double best = 0;
-  for (int r = 0; r < 10; ++r) {  // best of 10: a shared machine has quiet moments
+  for (int r = 0; r < 30; ++r) {  // best of 30 (~8 ms each): a shared machine has quiet moments
     const auto t0 = Clock::now();
     pool.parallel_for(threads, 1, [&](int64_t, int64_t) {
       g_sink.store(lanes == 16 ? fma_loop_avx512(iters) : fma_loop_avx2(iters), std::memory_order_relaxed);

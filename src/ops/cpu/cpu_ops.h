@@ -4,10 +4,16 @@
 // Tests: tests/ops/test_ops_cpu.cpp (every ISA level vs the reference); bench: bench_ops.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "ops/qweight.h"
 
 namespace moeflux {
+
+// fn(t0, t1) over ranges of T tokens, split over the threads when T * bytes_per_token (the
+// bytes each token's work touches) pays for the hand-off: the per-token steps of a prefill
+// (norms, RoPE, gathers) that would otherwise run on one thread between parallel ops.
+void for_tokens(int64_t T, int64_t bytes_per_token, const std::function<void(int64_t, int64_t)>& fn);
 
 // y (w.rows) = W x (w.cols). Any QWeight format.
 void matvec(const QWeight& w, const float* x, float* y);
