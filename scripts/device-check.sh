@@ -15,6 +15,7 @@ for s in ${DEVICE_STEPS:-stream}; do
   case $s in
     stream) OUT=$OUT scripts/device-stream.sh ;;
     cpu) OUT=$OUT WORK=$W scripts/device-bench-cpu.sh ;;
+    ab) OUT=$OUT scripts/device-ab-chunks.sh ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
       p=$W/qwen3-30b-a3b-l16
       MOEFLUX=$W/build/src/moeflux OUTDIR=$OUT/json16 timeout 170 scripts/bench-streaming.sh "$p" 12 2 "5% 100%" | tee "$OUT/stream_table_l16.md"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "core/cpu_features.h"
@@ -18,9 +19,15 @@ namespace moeflux {
 namespace {
 constexpr int64_t kParallelMinBytes = 256 << 10;  // weight bytes below which one thread runs
 constexpr int64_t kChunkMinBytes = 32 << 10;      // weight bytes per chunk at least
-// Chunks per thread at most: more, smaller chunks shorten the wait for the last one (on 16
-// threads the busy share of decode's regions went from 79% with 4); fewer cost fewer atomics.
-constexpr int64_t kMaxChunksPerThread = 8;
+// Chunks per thread at most: more, smaller chunks shorten the wait for the last one; fewer
+// cost fewer hand-offs. MOEFLUX_CHUNKS_PER_THREAD overrides it (tuning).
+int64_t max_chunks_per_thread() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("MOEFLUX_CHUNKS_PER_THREAD");
+    return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(4);
+  }();
+  return n;
+}
 
 const cpu::Kernels& kernels() {
   switch (cpu_isa()) {
@@ -38,10 +45,10 @@ cpu::PreparedX& prepared_x() {
   return px;
 }
 
-// Rows per chunk, a multiple of m: 1 to kMaxChunksPerThread chunks per thread (a whole number of chunks per
+// Rows per chunk, a multiple of m: 1 to max_chunks_per_thread() chunks per thread (a whole number of chunks per
 // thread, so that a small matrix ends in one round), each at least kChunkMinBytes.
 int64_t row_grain(int64_t rows, int64_t row_work, int threads, int64_t m) {
-  const int64_t per_thread = std::clamp<int64_t>(rows * row_work / (int64_t(threads) * kChunkMinBytes), 1, kMaxChunksPerThread);
+  const int64_t per_thread = std::clamp<int64_t>(rows * row_work / (int64_t(threads) * kChunkMinBytes), 1, max_chunks_per_thread());
   const int64_t chunks = per_thread * threads;
   const int64_t g = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
   return (g + m - 1) / m * m;
@@ -138,7 +145,7 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
   // Region 1: blocks of rows of one expert, its gate and up rows, then h = silu(gate) * up on
   // the block (in place of gate), so that no serial pass over the experts follows.
   const int threads = cpu_thread_pool().size();
-  const int64_t per_expert = std::max<int64_t>(1, kMaxChunksPerThread * threads / n);
+  const int64_t per_expert = std::max<int64_t>(1, max_chunks_per_thread() * threads / n);
   const int64_t block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
   const int64_t blocks = (hidden + block - 1) / block;
   const cpu::PreparedX& px = pool[0];
