@@ -16,6 +16,13 @@ for s in ${DEVICE_STEPS:-stream}; do
     stream) OUT=$OUT scripts/device-stream.sh ;;
     cpu) OUT=$OUT WORK=$W scripts/device-bench-cpu.sh ;;
     ab) OUT=$OUT scripts/device-ab-chunks.sh ;;
+    phases)  # wall time per phase of prefill and decode on all threads (MOEFLUX_PHASES)
+      p=$W/qwen3-30b-a3b-l16
+      [ -f "$p/manifest.json" ] || timeout 240 $W/build/src/moeflux synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      for t in "-p 128 -n 0" "-p 0 -n 32"; do
+        echo "## phases: bench $t -r 2 --profile" | tee -a "$OUT/phases.md"
+        MOEFLUX_PHASES=1 timeout 90 $W/build/src/moeflux bench -m "$p" $t -r 2 --profile 2>&1 | grep -v "^measuring" | tee -a "$OUT/phases.md"
+      done ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
       p=$W/qwen3-30b-a3b-l16
       MOEFLUX=$W/build/src/moeflux OUTDIR=$OUT/json16 timeout 170 scripts/bench-streaming.sh "$p" 12 2 "5% 100%" | tee "$OUT/stream_table_l16.md"

@@ -1,5 +1,6 @@
 // The forward pass: embeddings, decoder layers (mixer + ffn with pre-norms), final norm, head.
 #include "engine/session.h"
+#include "core/phase_timer.h"
 
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
@@ -77,10 +78,23 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
         }
       });
     };
-    add_norm(layer.attn_norm, false);
-    layer.mixer->forward(h.data(), T, pos0, *states_[size_t(l)], y.data());
-    add_norm(layer.ffn_norm, true);
-    layer.ffn->forward(h.data(), T, y.data());
+    {
+      PhaseTimer pt("layer.norms");
+      add_norm(layer.attn_norm, false);
+    }
+    {
+      PhaseTimer pt("layer.mixer");
+      layer.mixer->forward(h.data(), T, pos0, *states_[size_t(l)], y.data());
+    }
+    {
+      PhaseTimer pt("layer.norms");
+      add_norm(layer.ffn_norm, true);
+    }
+    {
+      PhaseTimer pt("layer.ffn");
+      layer.ffn->forward(h.data(), T, y.data());
+    }
+    PhaseTimer pt("layer.residual");
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
     if (opt.hidden && l + 1 < L) std::copy(x.begin(), x.end(), opt.hidden->begin() + (l + 1) * T * dim);
   }
@@ -89,6 +103,7 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
   tokens_.insert(tokens_.end(), ids.begin(), ids.end());
 
   const int64_t first = opt.all_logits ? 0 : T - 1, V = c.vocab_size;
+  PhaseTimer pt("lm_head");
   std::vector<float> logits(size_t((T - first) * V));
   matmul(m_.lm_head, x.data() + first * dim, T - first, logits.data());
   return logits;

@@ -1,0 +1,29 @@
+// Wall time per named phase of a forward pass, for finding the serial parts of a run on a
+// machine without a profiler: MOEFLUX_PHASES=1 prints the totals to stderr at exit. Off (one
+// relaxed load per phase) otherwise.
+#pragma once
+#include <chrono>
+
+namespace moeflux {
+
+bool phases_enabled();
+void phase_add(const char* name, double seconds);
+
+// Adds the wall time of its scope to `name` (a string literal) when phases are enabled.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(const char* name) : name_(phases_enabled() ? name : nullptr) {
+    if (name_) t0_ = std::chrono::steady_clock::now();
+  }
+  ~PhaseTimer() {
+    if (name_) phase_add(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  const char* name_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace moeflux
