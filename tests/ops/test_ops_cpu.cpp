@@ -341,6 +341,91 @@ TEST(OpsCpu, SwigluExpertMatchesReference) {
   }
 }
 
+// Reference SwiGLU expert over T tokens of x (T, cols).
+std::vector<float> swiglu_want(const OwnedWeight& gate, const OwnedWeight& up, const OwnedWeight& down, const float* x,
+                               int64_t T) {
+  const int64_t h = gate.w.rows, d = down.w.rows, cols = gate.w.cols;
+  std::vector<float> g(static_cast<size_t>(h)), u(static_cast<size_t>(h)), out(static_cast<size_t>(T * d));
+  for (int64_t t = 0; t < T; ++t) {
+    matvec_ref(gate.w, x + t * cols, g.data());
+    matvec_ref(up.w, x + t * cols, u.data());
+    swiglu_ref(g.data(), u.data(), h, g.data());
+    matvec_ref(down.w, g.data(), out.data() + t * d);
+  }
+  return out;
+}
+
+// Several experts at once (decode: one x; prefill: ragged token counts per expert) match the
+// reference, on 1 and 3 threads (the regions split rows across experts).
+TEST(OpsCpu, BatchedExpertsMatchReference) {
+  const int n = 5;
+  const int64_t hidden = 512, dim = 512;  // 1.3 MB of gate + up rows: the parallel paths run
+  std::vector<OwnedWeight> g, u, d;
+  for (int i = 0; i < n; ++i) {
+    g.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(10 + i)));
+    u.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(20 + i)));
+    d.push_back(test::random_affine(dim, hidden, 4, 32, DType::BF16, uint32_t(30 + i)));
+  }
+  std::vector<const QWeight*> gp, up, dp;
+  for (int i = 0; i < n; ++i) gp.push_back(&g[size_t(i)].w), up.push_back(&u[size_t(i)].w), dp.push_back(&d[size_t(i)].w);
+  const int64_t T[n] = {1, 3, 8, 2, 5};
+  std::vector<std::vector<float>> xs;
+  for (int i = 0; i < n; ++i) xs.push_back(test::randn(size_t(T[i] * dim), uint32_t(40 + i)));
+  for (int threads : {1, 3}) {
+    set_cpu_threads(threads);
+    for (CpuIsa isa : isas()) {
+      ScopedCpuIsa scoped(isa);
+      // Decode: one token through all n experts.
+      std::vector<std::vector<float>> outs(n, std::vector<float>(size_t(dim), NAN));
+      std::vector<float*> op;
+      for (auto& o : outs) op.push_back(o.data());
+      swiglu_experts(n, gp.data(), up.data(), dp.data(), xs[0].data(), op.data());
+      for (int i = 0; i < n; ++i)
+        EXPECT_LE(test::rel_l2(outs[size_t(i)], swiglu_want(g[size_t(i)], u[size_t(i)], d[size_t(i)], xs[0].data(), 1)),
+                  kDotTol)
+            << "decode expert " << i << " isa " << cpu_isa_name(isa) << " threads " << threads;
+      // Prefill: expert i over its own T[i] tokens.
+      std::vector<const float*> xp;
+      op.clear();
+      for (int i = 0; i < n; ++i) {
+        outs[size_t(i)].assign(size_t(T[i] * dim), NAN);
+        xp.push_back(xs[size_t(i)].data()), op.push_back(outs[size_t(i)].data());
+      }
+      swiglu_experts_batch(n, gp.data(), up.data(), dp.data(), xp.data(), T, op.data());
+      for (int i = 0; i < n; ++i)
+        EXPECT_LE(test::rel_l2(outs[size_t(i)], swiglu_want(g[size_t(i)], u[size_t(i)], d[size_t(i)], xp[size_t(i)], T[i])),
+                  kDotTol)
+            << "prefill expert " << i << " isa " << cpu_isa_name(isa) << " threads " << threads;
+    }
+  }
+  set_cpu_threads(0);
+}
+
+// T causal queries in one call equal attention_ref of each query over its own context, with and
+// without a sliding window, after a cached prefix.
+TEST(OpsCpu, CausalAttentionMatchesPerQueryReference) {
+  struct Case { int64_t len0, T, window, n_heads, n_kv_heads, head_dim; };
+  for (const Case& c : {Case{0, 9, 0, 4, 2, 64}, Case{5, 17, 0, 8, 2, 40}, Case{30, 12, 16, 4, 4, 32},
+                        Case{0, 40, 7, 16, 4, 128}}) {
+    const int64_t n = c.len0 + c.T, kd = c.n_kv_heads * c.head_dim, qd = c.n_heads * c.head_dim;
+    const auto q = test::randn(size_t(c.T * qd), 1), k = test::randn(size_t(n * kd), 2), v = test::randn(size_t(n * kd), 3);
+    const float scale = 1.0f / std::sqrt(float(c.head_dim));
+    std::vector<float> want(static_cast<size_t>(c.T * qd));
+    for (int64_t t = 0; t < c.T; ++t) {
+      const int64_t ctx = c.len0 + t + 1, first = c.window > 0 && ctx > c.window ? ctx - c.window : 0;
+      attention_ref(q.data() + t * qd, k.data() + first * kd, v.data() + first * kd, ctx - first, c.n_heads, c.n_kv_heads,
+                    c.head_dim, c.head_dim, scale, want.data() + t * qd);
+    }
+    for (CpuIsa isa : isas()) {
+      ScopedCpuIsa scoped(isa);
+      std::vector<float> out(want.size(), NAN);
+      attention_causal(q.data(), k.data(), v.data(), c.T, c.len0, c.window, c.n_heads, c.n_kv_heads, c.head_dim,
+                       c.head_dim, scale, out.data());
+      EXPECT_LE(test::rel_l2(out, want), 1e-5) << c.len0 << "+" << c.T << " isa " << cpu_isa_name(isa);
+    }
+  }
+}
+
 TEST(OpsCpu, ThreadCountDoesNotChangeResults) {
   const auto o = test::random_affine(2048, 2048, 4, 64, DType::BF16, 1);  // 2 MiB: parallel
   const auto x = test::randn(2048, 2);

@@ -14,7 +14,7 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   const int64_t qrow = gated ? 2 * head_dim : head_dim;  // per head: query [, gate]
   std::vector<float> qg(static_cast<size_t>(T * n_heads * qrow)), q(static_cast<size_t>(T * qd)),
       gate(gated ? static_cast<size_t>(T * qd) : 0), att(static_cast<size_t>(T * qd));
-  PhaseTimer pt0("attn.setup+qkv");
+  PhaseTimer pt("attn.qkv");
   kv.k.resize(size_t((len0 + T) * kd));
   kv.v.resize(size_t((len0 + T) * kd));
   // Project all T tokens at once (each weight row read once per batch), straight into the cache.
@@ -27,7 +27,7 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     matmul(wk, x, T, kv.k.data() + len0 * kd);
     matmul(wv, x, T, kv.v.data() + len0 * kd);
   }
-  PhaseTimer pt1("attn.split+norm+rope");
+  pt.next("attn.norm+rope");
   // Split q / gate, q / k norms and RoPE, token by token over the threads.
   for_tokens(T, (n_heads + n_kv_heads) * head_dim * 24, [&](int64_t t0, int64_t t1) {
     std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
@@ -52,7 +52,7 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     }
   });
   // Attend: token t sees positions <= pos0 + t (within the sliding window, if any).
-  PhaseTimer pt2("attn.core+o");
+  pt.next("attn.core+o");
   const float scale = 1.0f / std::sqrt(float(head_dim));
   attention_causal(q.data(), kv.k.data(), kv.v.data(), T, len0, window, n_heads, n_kv_heads, head_dim, head_dim,
                    scale, att.data());

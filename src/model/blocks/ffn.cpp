@@ -72,7 +72,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   const int64_t K = n_experts_active;
   std::vector<float> w(static_cast<size_t>(T * K));
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
-  PhaseTimer pt0("moe.route+group");
+  PhaseTimer pt("moe.route");
   route_tokens(x, T, ids.data(), w.data());
   // Group the batch by expert so that each routed expert's weights are read once per batch.
   std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(n_experts));
@@ -82,7 +82,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   std::vector<size_t> at(static_cast<size_t>(n_experts), 0);
   size_t total = 0;
   for (int32_t e : used) at[size_t(e)] = total, total += by_expert[size_t(e)].size() * size_t(dim);
-  PhaseTimer pt1("moe.experts");
+  pt.next("moe.experts");
   std::vector<float> ys(total), xe;
   // Runs experts through one batched op (two parallel regions): one token's, or several
   // tokens' with each expert's tokens gathered.
@@ -150,7 +150,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
       run_ready(true);
     }
   }
-  PhaseTimer pt2("moe.combine+shared");
+  pt.next("moe.combine+shared");
   // out[t] = sum of its experts' weighted outputs, added in ascending expert id (the order the
   // result is defined by), token by token over the threads.
   struct Slot {
