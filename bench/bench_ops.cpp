@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned.h"
 #include "ops/cpu/ceilings.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
@@ -33,14 +34,18 @@ constexpr size_t kRotateBytes = size_t(128) << 20;  // > 4x a 32 MiB L3
 // Copies of one weight, far enough apart in memory that reading them in turn misses cache.
 struct WeightSet {
   test::OwnedWeight base;
-  std::vector<std::vector<uint8_t>> data, scales, biases;
+  // 64-byte aligned, as pack tensors are (kDenseAlign): a std::vector's 16-byte alignment makes
+  // every 64-byte load of codes straddle two lines.
+  std::vector<AlignedVector<uint8_t>> data, scales, biases;
   std::vector<QWeight> views;
   size_t bytes = 0;  // weight + scale + bias bytes of one copy
   explicit WeightSet(test::OwnedWeight o) : base(std::move(o)) {
     bytes = base.data.size() + base.scales.size() + base.biases.size();
     const size_t copies = std::max<size_t>(2, kRotateBytes / bytes);
     for (size_t i = 0; i < copies; ++i) {
-      data.push_back(base.data), scales.push_back(base.scales), biases.push_back(base.biases);
+      data.emplace_back(base.data.begin(), base.data.end());
+      scales.emplace_back(base.scales.begin(), base.scales.end());
+      biases.emplace_back(base.biases.begin(), base.biases.end());
       QWeight w = base.w;
       w.data = data.back().data();
       if (w.format == WFormat::Affine) w.scales = scales.back().data(), w.biases = biases.back().data();
