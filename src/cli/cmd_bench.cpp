@@ -29,6 +29,7 @@ struct BenchArgs {
   std::string model;
   int pp = 512, tg = 128, reps = 5, threads = 0;
   bool json = false, profile = false;
+  std::string backend = "cpu";
   StreamArgs stream;
 };
 
@@ -66,6 +67,8 @@ Runner register_bench(CLI::App& app) {
   sub->add_option("-n,--n-gen", a->tg, "Tokens for the decode test (0: skip)")->check(CLI::Range(0, 1 << 20));
   sub->add_option("-r,--repetitions", a->reps, "Runs per test")->check(CLI::Range(1, 1000));
   sub->add_option("-t,--threads", a->threads, "Threads (default: physical cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("--backend", a->backend, "Compute backend (cpu; this build has no other)")
+      ->check(CLI::IsMember({"cpu"}));
   sub->add_flag("--json", a->json, "Print the results as JSON");
   sub->add_flag("--profile", a->profile,
                 "Also report the thread pool's parallel regions per token and how busy the threads were in them");

@@ -75,7 +75,7 @@ TEST(BenchCli, TableAndJson) {
   EXPECT_NE(table.find("| qwen3_moe |"), std::string::npos) << table;
   EXPECT_NE(table.find("pp16"), std::string::npos);
   EXPECT_NE(table.find("tg4"), std::string::npos);
-  std::string json = run("bench -m " + kDemo + " -p 16 -n 4 -r 2 --json 2>/dev/null", &rc);
+  std::string json = run("bench -m " + kDemo + " -p 16 -n 4 -r 2 --backend cpu --json 2>/dev/null", &rc);
   auto j = nlohmann::json::parse(json.substr(std::min(json.find('{'), json.size())), nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << json;
   ASSERT_EQ(j["tests"].size(), 2u);
@@ -86,6 +86,13 @@ TEST(BenchCli, TableAndJson) {
   EXPECT_LT(j["params_per_token"].get<double>(), j["params"].get<double>() * 0.5);
   run("bench -m " + kDemo + " -p 100000 2>/dev/null", &rc);
   EXPECT_EQ(rc, 1);
+  const std::string bad = run("bench -m " + kDemo + " --backend cuda 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(bad.find("--backend"), std::string::npos) << bad;
+  // --profile adds the thread pool's table
+  const std::string prof = run("bench -m " + kDemo + " -p 8 -n 2 -r 1 --profile 2>/dev/null", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(prof.find("parallel regions / token"), std::string::npos) << prof;
 }
 
 // A child in a pseudo-terminal, read until a pattern shows up.
