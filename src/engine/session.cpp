@@ -1,8 +1,8 @@
 // The forward pass: embeddings, decoder layers (mixer + ffn with pre-norms), final norm, head.
 #include "engine/session.h"
-#include "core/phase_timer.h"
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ref/ref.h"
 

@@ -1,9 +1,9 @@
 // GQA attention layer over a growing KV cache; projections batched over the T tokens.
 #include "model/blocks/attention.h"
-#include "core/phase_timer.h"
 
 #include <cmath>
 
+#include "core/phase_timer.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace moeflux {

@@ -1,11 +1,11 @@
 // SwiGLU MLP and mixture-of-experts forward; tokens of a batch are grouped by expert.
 #include "model/blocks/ffn.h"
-#include "core/phase_timer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <span>
 
+#include "core/phase_timer.h"
 #include "ops/cpu/cpu_ops.h"
 #include "stream/expert_cache.h"
 #include "ops/ref/ref.h"
