@@ -23,8 +23,7 @@ void GdnState::clear() {
 void GatedDeltaNet::forward(const float* x, int64_t T, int64_t /*pos0*/, LayerState& st, float* out) const {
   auto& s = static_cast<GdnState&>(st);
   const int64_t cd = conv_dim(), kd = key_dim(), vd = value_dim(), group = n_v_heads / n_k_heads;
-  std::vector<float> proj(static_cast<size_t>(proj_dim())), tmp, mixed(static_cast<size_t>(cd)),
-      o(static_cast<size_t>(vd));
+  std::vector<float> proj(static_cast<size_t>(proj_dim())), mixed(static_cast<size_t>(cd));
   const float* z = proj.data() + cd;
   const float* b = z + vd;
   const float* a = b + n_v_heads;
@@ -32,11 +31,19 @@ void GatedDeltaNet::forward(const float* x, int64_t T, int64_t /*pos0*/, LayerSt
   float* k = q + kd;
   const float* v = k + kd;
   const float q_scale = 1.0f / std::sqrt(float(k_dim));
+  // Input projections of all T tokens at once (each weight row read once per batch); the
+  // recurrence below then walks the tokens in order.
+  std::vector<std::vector<float>> projected(in_proj.size());
+  for (size_t i = 0; i < in_proj.size(); ++i) {
+    projected[i].resize(size_t(T * in_proj[i].w.rows));
+    matmul(in_proj[i].w, x, T, projected[i].data());
+  }
+  std::vector<float> os(static_cast<size_t>(T * vd));
   for (int64_t t = 0; t < T; ++t) {
-    for (const auto& p : in_proj) {
-      tmp.resize(size_t(p.w.rows));
-      matvec(p.w, x + t * dim, tmp.data());
-      for (size_t r = 0; r < tmp.size(); ++r) proj[size_t(p.dst[r])] = tmp[r];
+    for (size_t i = 0; i < in_proj.size(); ++i) {
+      const auto& p = in_proj[i];
+      const float* pt = projected[i].data() + t * p.w.rows;
+      for (int64_t r = 0; r < p.w.rows; ++r) proj[size_t(p.dst[size_t(r)])] = pt[r];
     }
     causal_conv1d_step_ref(proj.data(), conv_w.data(), cd, conv_kernel, s.conv.data(), mixed.data());
     for (auto& m : mixed) m = silu_ref(m);
@@ -49,13 +56,13 @@ void GatedDeltaNet::forward(const float* x, int64_t T, int64_t /*pos0*/, LayerSt
       const int64_t kh = h / group;  // consecutive value heads share a key head
       const float g = -std::exp(A_log[size_t(h)]) * softplus_ref(a[h] + dt_bias[size_t(h)]);
       const float beta = 1.0f / (1.0f + std::exp(-b[h]));
-      float* oh = o.data() + h * v_dim;
+      float* oh = os.data() + t * vd + h * v_dim;
       gated_delta_step_ref(s.recurrent.data() + h * k_dim * v_dim, q + kh * k_dim, k + kh * k_dim, v + h * v_dim,
                            g, beta, k_dim, v_dim, oh);
       rmsnorm_gated_ref(oh, z + h * v_dim, norm.data(), v_dim, norm_eps, oh);
     }
-    matvec(out_proj, o.data(), out + t * dim);
   }
+  matmul(out_proj, os.data(), T, out);
 }
 
 }  // namespace moeflux
