@@ -30,33 +30,35 @@ void deinterleave(float* v, int64_t n) {
 void MlaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& st, float* out) const {
   auto& lc = static_cast<LatentCache&>(st);
   const int64_t qk = qk_head_dim(), R = kv_lora_rank, P = qk_rope_dim;
-  std::vector<float> q(static_cast<size_t>(T * n_heads * qk)), qa(static_cast<size_t>(q_lora_rank)),
-      kv(static_cast<size_t>(R + P));
+  // Projections of all T tokens at once (each weight row read once per batch).
+  std::vector<float> q(static_cast<size_t>(T * n_heads * qk)), kv(static_cast<size_t>(T * (R + P)));
+  if (q_lora_rank > 0) {
+    std::vector<float> qa(static_cast<size_t>(T * q_lora_rank));
+    matmul(wq_a, x, T, qa.data());
+    for (int64_t t = 0; t < T; ++t)
+      rmsnorm_ref(qa.data() + t * q_lora_rank, q_a_norm.data(), q_lora_rank, lora_norm_eps, qa.data() + t * q_lora_rank);
+    matmul(wq_b, qa.data(), T, q.data());
+  } else {
+    matmul(wq, x, T, q.data());
+  }
+  matmul(wkv_a, x, T, kv.data());
   const int64_t len0 = lc.len();
   lc.c.resize(size_t((len0 + T) * R));
   lc.k_pe.resize(size_t((len0 + T) * P));
   std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
   for (int64_t t = 0; t < T; ++t) {
-    const float* xt = x + t * dim;
     float* qt = q.data() + t * n_heads * qk;
-    if (q_lora_rank > 0) {
-      matvec(wq_a, xt, qa.data());
-      rmsnorm_ref(qa.data(), q_a_norm.data(), q_lora_rank, lora_norm_eps, qa.data());
-      matvec(wq_b, qa.data(), qt);
-    } else {
-      matvec(wq, xt, qt);
-    }
     rope_angles(rope, pos0 + t, cs.data());  // once per position, for all heads
     for (int64_t h = 0; h < n_heads; ++h) {
       float* qpe = qt + h * qk + qk_nope_dim;
       if (rope_interleave) deinterleave(qpe, P);
       rope_apply(qpe, rope, cs.data());
     }
-    matvec(wkv_a, xt, kv.data());
+    const float* kvt = kv.data() + t * (R + P);
     float* ct = lc.c.data() + (len0 + t) * R;
     float* kt = lc.k_pe.data() + (len0 + t) * P;
-    rmsnorm_ref(kv.data(), kv_a_norm.data(), R, lora_norm_eps, ct);
-    std::memcpy(kt, kv.data() + R, size_t(P) * sizeof(float));
+    rmsnorm_ref(kvt, kv_a_norm.data(), R, lora_norm_eps, ct);
+    std::memcpy(kt, kvt + R, size_t(P) * sizeof(float));
     if (rope_interleave) deinterleave(kt, P);
     rope_apply(kt, rope, cs.data());
   }
@@ -65,33 +67,30 @@ void MlaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
 }
 
 void MlaAttention::attend_naive(const float* q, int64_t T, const LatentCache& lc, float* out) const {
-  const int64_t qk = qk_head_dim(), kvd = qk_nope_dim + v_dim, R = kv_lora_rank, P = qk_rope_dim;
+  const int64_t qk = qk_head_dim(), kvd = qk_nope_dim + v_dim, P = qk_rope_dim;
   const int64_t n = lc.len(), first = lc.len() - T;
   // Expand the whole cache into per-head keys (k_nope | shared k_pe) and values.
   std::vector<float> k(static_cast<size_t>(n * n_heads * qk)), v(static_cast<size_t>(n * n_heads * v_dim)),
-      kvb(static_cast<size_t>(n_heads * kvd)), att(static_cast<size_t>(n_heads * v_dim));
+      kvb(static_cast<size_t>(n * n_heads * kvd)), att(static_cast<size_t>(T * n_heads * v_dim));
+  matmul(wkv_b, lc.c.data(), n, kvb.data());
   for (int64_t s = 0; s < n; ++s) {
-    matvec(wkv_b, lc.c.data() + s * R, kvb.data());
+    const float* kvs = kvb.data() + s * n_heads * kvd;
     for (int64_t h = 0; h < n_heads; ++h) {
       float* kh = k.data() + (s * n_heads + h) * qk;
-      std::memcpy(kh, kvb.data() + h * kvd, size_t(qk_nope_dim) * sizeof(float));
+      std::memcpy(kh, kvs + h * kvd, size_t(qk_nope_dim) * sizeof(float));
       std::memcpy(kh + qk_nope_dim, lc.k_pe.data() + s * P, size_t(P) * sizeof(float));
-      std::memcpy(v.data() + (s * n_heads + h) * v_dim, kvb.data() + h * kvd + qk_nope_dim,
-                  size_t(v_dim) * sizeof(float));
+      std::memcpy(v.data() + (s * n_heads + h) * v_dim, kvs + h * kvd + qk_nope_dim, size_t(v_dim) * sizeof(float));
     }
   }
-  for (int64_t t = 0; t < T; ++t) {
-    attention(q + t * n_heads * qk, k.data(), v.data(), first + t + 1, n_heads, n_heads, qk, v_dim, scale,
-                  att.data());
-    matvec(wo, att.data(), out + t * dim);
-  }
+  attention_causal(q, k.data(), v.data(), T, first, 0, n_heads, n_heads, qk, v_dim, scale, att.data());
+  matmul(wo, att.data(), T, out);
 }
 
 void MlaAttention::attend_absorbed(const float* q, int64_t T, const LatentCache& lc, float* out) const {
   const int64_t qk = qk_head_dim(), kvd = qk_nope_dim + v_dim, R = kv_lora_rank, P = qk_rope_dim;
   const int64_t first = lc.len() - T;
   std::vector<float> qc(static_cast<size_t>(n_heads * R)), qpe(static_cast<size_t>(n_heads * P)),
-      ctx(static_cast<size_t>(n_heads * R)), att(static_cast<size_t>(n_heads * v_dim));
+      ctx(static_cast<size_t>(n_heads * R)), att(static_cast<size_t>(T * n_heads * v_dim));
   for (int64_t t = 0; t < T; ++t) {
     const float* qt = q + t * n_heads * qk;
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -103,9 +102,9 @@ void MlaAttention::attend_absorbed(const float* q, int64_t T, const LatentCache&
                                scale, ctx.data());
     // sum_t p_t v_t = W_vb[h] (sum_t p_t c_t).
     for (int64_t h = 0; h < n_heads; ++h)
-      matvec_rows_ref(wkv_b, h * kvd + qk_nope_dim, v_dim, ctx.data() + h * R, att.data() + h * v_dim);
-    matvec(wo, att.data(), out + t * dim);
+      matvec_rows_ref(wkv_b, h * kvd + qk_nope_dim, v_dim, ctx.data() + h * R, att.data() + (t * n_heads + h) * v_dim);
   }
+  matmul(wo, att.data(), T, out);
 }
 
 int set_mla_path(Model& m, MlaPath path) {
