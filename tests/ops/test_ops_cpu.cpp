@@ -426,6 +426,25 @@ TEST(OpsCpu, CausalAttentionMatchesPerQueryReference) {
   }
 }
 
+// Absorbed MLA attention against its reference, at DeepSeek-like rank / rope widths.
+TEST(OpsCpu, MlaAbsorbedAttentionMatchesReference) {
+  struct Case { int64_t n_ctx, n_heads, rank, rope; };
+  for (const Case& c : {Case{1, 4, 64, 16}, Case{9, 8, 128, 32}, Case{300, 16, 512, 64}}) {
+    const auto qc = test::randn(size_t(c.n_heads * c.rank), 1, 0.1f), qp = test::randn(size_t(c.n_heads * c.rope), 2, 0.1f);
+    const auto lat = test::randn(size_t(c.n_ctx * c.rank), 3), kp = test::randn(size_t(c.n_ctx * c.rope), 4);
+    std::vector<float> want(static_cast<size_t>(c.n_heads * c.rank));
+    mla_attention_absorbed_ref(qc.data(), qp.data(), lat.data(), kp.data(), c.n_ctx, c.n_heads, c.rank, c.rope, 0.07f,
+                               want.data());
+    for (CpuIsa isa : isas()) {
+      ScopedCpuIsa scoped(isa);
+      std::vector<float> out(want.size(), NAN);
+      mla_attention_absorbed(qc.data(), qp.data(), lat.data(), kp.data(), c.n_ctx, c.n_heads, c.rank, c.rope, 0.07f,
+                             out.data());
+      EXPECT_LE(test::rel_l2(out, want), 1e-5) << c.n_ctx << " isa " << cpu_isa_name(isa);
+    }
+  }
+}
+
 TEST(OpsCpu, ThreadCountDoesNotChangeResults) {
   const auto o = test::random_affine(2048, 2048, 4, 64, DType::BF16, 1);  // 2 MiB: parallel
   const auto x = test::randn(2048, 2);

@@ -98,8 +98,8 @@ void MlaAttention::attend_absorbed(const float* q, int64_t T, const LatentCache&
       matvec_t_rows_ref(wkv_b, h * kvd, qk_nope_dim, qt + h * qk, qc.data() + h * R);
       std::memcpy(qpe.data() + h * P, qt + h * qk + qk_nope_dim, size_t(P) * sizeof(float));
     }
-    mla_attention_absorbed_ref(qc.data(), qpe.data(), lc.c.data(), lc.k_pe.data(), first + t + 1, n_heads, R, P,
-                               scale, ctx.data());
+    mla_attention_absorbed(qc.data(), qpe.data(), lc.c.data(), lc.k_pe.data(), first + t + 1, n_heads, R, P, scale,
+                           ctx.data());
     // sum_t p_t v_t = W_vb[h] (sum_t p_t c_t).
     for (int64_t h = 0; h < n_heads; ++h)
       matvec_rows_ref(wkv_b, h * kvd + qk_nope_dim, v_dim, ctx.data() + h * R, att.data() + (t * n_heads + h) * v_dim);

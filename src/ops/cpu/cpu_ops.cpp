@@ -300,4 +300,23 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
   for_rows(T * n_heads, per_item, 1, items);
 }
 
+void mla_attention_absorbed(const float* q_c, const float* q_pe, const float* c, const float* k_pe, int64_t n_ctx,
+                            int64_t n_heads, int64_t rank, int64_t rope_dim, float scale, float* out) {
+  MF_ASSERT(n_ctx > 0);
+  const cpu::Kernels& kn = kernels();
+  auto heads = [&](int64_t h0, int64_t h1) {
+    float* p = cpu::scratch(3, size_t(n_ctx));
+    for (int64_t h = h0; h < h1; ++h) {
+      const float *qc = q_c + h * rank, *qp = q_pe + h * rope_dim;
+      for (int64_t t = 0; t < n_ctx; ++t)
+        p[t] = (kn.dot(qc, c + t * rank, rank) + kn.dot(qp, k_pe + t * rope_dim, rope_dim)) * scale;
+      softmax_ref(p, n_ctx);
+      float* oh = out + h * rank;
+      std::fill(oh, oh + rank, 0.0f);
+      for (int64_t t = 0; t < n_ctx; ++t) kn.axpy(p[t], c + t * rank, oh, rank);
+    }
+  };
+  for_rows(n_heads, n_ctx * (2 * rank + rope_dim) * 4, 1, heads);
+}
+
 }  // namespace moeflux

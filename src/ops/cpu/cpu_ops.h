@@ -61,4 +61,11 @@ void attention(const float* q, const float* k, const float* v, int64_t n_ctx, in
 void attention_causal(const float* q, const float* k, const float* v, int64_t T, int64_t len0, int64_t window,
                       int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out);
 
+// Absorbed MLA attention of one query over n_ctx latent positions, as
+// mla_attention_absorbed_ref (ops/ref): per head, scores q_c . c_t + q_pe . k_pe_t, softmax,
+// out = sum_t p_t c_t; heads split over the threads. q_c (n_heads, rank), q_pe (n_heads,
+// rope_dim), c (n_ctx, rank), k_pe (n_ctx, rope_dim), out (n_heads, rank).
+void mla_attention_absorbed(const float* q_c, const float* q_pe, const float* c, const float* k_pe, int64_t n_ctx,
+                            int64_t n_heads, int64_t rank, int64_t rope_dim, float scale, float* out);
+
 }  // namespace moeflux
