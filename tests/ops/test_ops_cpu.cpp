@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/ref/linear_attn.h"
 #include "ops/ref/ref.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
@@ -441,6 +442,25 @@ TEST(OpsCpu, MlaAbsorbedAttentionMatchesReference) {
       mla_attention_absorbed(qc.data(), qp.data(), lat.data(), kp.data(), c.n_ctx, c.n_heads, c.rank, c.rope, 0.07f,
                              out.data());
       EXPECT_LE(test::rel_l2(out, want), 1e-5) << c.n_ctx << " isa " << cpu_isa_name(isa);
+    }
+  }
+}
+
+// The SIMD gated delta step against the reference over several steps (state carried over).
+TEST(OpsCpu, GatedDeltaStepMatchesReference) {
+  for (auto [kd, vd] : {std::pair<int64_t, int64_t>{16, 24}, {128, 128}, {64, 100}}) {
+    for (CpuIsa isa : isas()) {
+      ScopedCpuIsa scoped(isa);
+      std::vector<float> s_ref(static_cast<size_t>(kd * vd), 0.0f), s_opt = s_ref;
+      for (int step = 0; step < 5; ++step) {
+        const auto q = test::randn(size_t(kd), uint32_t(1 + step), 0.1f), k = test::randn(size_t(kd), uint32_t(11 + step), 0.1f);
+        const auto v = test::randn(size_t(vd), uint32_t(21 + step));
+        std::vector<float> want(static_cast<size_t>(vd)), got(static_cast<size_t>(vd), NAN);
+        gated_delta_step_ref(s_ref.data(), q.data(), k.data(), v.data(), -0.3f, 0.7f, kd, vd, want.data());
+        gated_delta_step(s_opt.data(), q.data(), k.data(), v.data(), -0.3f, 0.7f, kd, vd, got.data());
+        EXPECT_LE(test::rel_l2(got, want), 1e-5) << kd << "x" << vd << " step " << step << " isa " << cpu_isa_name(isa);
+        EXPECT_LE(test::rel_l2(s_opt, s_ref), 1e-5) << kd << "x" << vd << " step " << step;
+      }
     }
   }
 }

@@ -52,15 +52,18 @@ void GatedDeltaNet::forward(const float* x, int64_t T, int64_t /*pos0*/, LayerSt
       l2norm_ref(k + h * k_dim, k_dim, kL2NormEps, k + h * k_dim);
       for (int64_t i = 0; i < k_dim; ++i) q[h * k_dim + i] *= q_scale;
     }
-    for (int64_t h = 0; h < n_v_heads; ++h) {
-      const int64_t kh = h / group;  // consecutive value heads share a key head
-      const float g = -std::exp(A_log[size_t(h)]) * softplus_ref(a[h] + dt_bias[size_t(h)]);
-      const float beta = 1.0f / (1.0f + std::exp(-b[h]));
-      float* oh = os.data() + t * vd + h * v_dim;
-      gated_delta_step_ref(s.recurrent.data() + h * k_dim * v_dim, q + kh * k_dim, k + kh * k_dim, v + h * v_dim,
-                           g, beta, k_dim, v_dim, oh);
-      rmsnorm_gated_ref(oh, z + h * v_dim, norm.data(), v_dim, norm_eps, oh);
-    }
+    // Value heads over the threads: each owns its state and output.
+    for_tokens(n_v_heads, k_dim * v_dim * 8, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        const int64_t kh = h / group;  // consecutive value heads share a key head
+        const float g = -std::exp(A_log[size_t(h)]) * softplus_ref(a[h] + dt_bias[size_t(h)]);
+        const float beta = 1.0f / (1.0f + std::exp(-b[h]));
+        float* oh = os.data() + t * vd + h * v_dim;
+        gated_delta_step(s.recurrent.data() + h * k_dim * v_dim, q + kh * k_dim, k + kh * k_dim, v + h * v_dim, g,
+                         beta, k_dim, v_dim, oh);
+        rmsnorm_gated_ref(oh, z + h * v_dim, norm.data(), v_dim, norm_eps, oh);
+      }
+    });
   }
   matmul(out_proj, os.data(), T, out);
 }

@@ -319,4 +319,26 @@ void mla_attention_absorbed(const float* q_c, const float* q_pe, const float* c,
   for_rows(n_heads, n_ctx * (2 * rank + rope_dim) * 4, 1, heads);
 }
 
+void gated_delta_step(float* S, const float* q, const float* k, const float* v, float g, float beta, int64_t k_dim,
+                      int64_t v_dim, float* out) {
+  const cpu::Kernels& kn = kernels();
+  const float decay = std::exp(g);
+  // Pass 1: decay each row of S and accumulate S^T k; delta = (v - S^T k) * beta.
+  float* kv = cpu::scratch(5, size_t(v_dim));
+  std::fill(kv, kv + v_dim, 0.0f);
+  for (int64_t i = 0; i < k_dim; ++i) {
+    float* si = S + i * v_dim;
+    for (int64_t j = 0; j < v_dim; ++j) si[j] *= decay;
+    kn.axpy(k[i], si, kv, v_dim);
+  }
+  for (int64_t j = 0; j < v_dim; ++j) kv[j] = (v[j] - kv[j]) * beta;
+  // Pass 2: S += k delta^T, row by row, and read out S^T q from the updated rows.
+  std::fill(out, out + v_dim, 0.0f);
+  for (int64_t i = 0; i < k_dim; ++i) {
+    float* si = S + i * v_dim;
+    kn.axpy(k[i], kv, si, v_dim);
+    kn.axpy(q[i], si, out, v_dim);
+  }
+}
+
 }  // namespace moeflux

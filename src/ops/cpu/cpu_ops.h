@@ -68,4 +68,10 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
 void mla_attention_absorbed(const float* q_c, const float* q_pe, const float* c, const float* k_pe, int64_t n_ctx,
                             int64_t n_heads, int64_t rank, int64_t rope_dim, float scale, float* out);
 
+// One gated delta rule step of one head, as gated_delta_step_ref (ops/ref/linear_attn.h): S
+// (k_dim, v_dim) decays by exp(g), takes the rank-one update k (beta (v - S^T k))^T, and out
+// (v_dim) = S^T q; two passes over S with SIMD row operations instead of four.
+void gated_delta_step(float* S, const float* q, const float* k, const float* v, float g, float beta, int64_t k_dim,
+                      int64_t v_dim, float* out);
+
 }  // namespace moeflux
