@@ -16,11 +16,8 @@ void SwiGlu::apply(const float* x, float* out) const { apply_batch(x, 1, out); }
 
 void SwiGlu::apply_batch(const float* x, int64_t T, float* out) const {
   if (T == 1) return swiglu_expert(gate, up, down, x, out);  // gate + up in one parallel region
-  std::vector<float> g(static_cast<size_t>(T * gate.rows)), u(static_cast<size_t>(T * up.rows));
-  matmul(gate, x, T, g.data());
-  matmul(up, x, T, u.data());
-  swiglu_ref(g.data(), u.data(), T * gate.rows, g.data());
-  matmul(down, g.data(), T, out);
+  const QWeight *g = &gate, *u = &up, *d = &down;
+  swiglu_experts_batch(1, &g, &u, &d, &x, &T, &out);
 }
 
 void DenseMlp::forward(const float* x, int64_t T, float* out) const { mlp.apply_batch(x, T, out); }
@@ -88,25 +85,18 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   // tokens' with each expert's tokens gathered.
   auto run = [&](std::span<const int32_t> es, std::span<const SwiGlu> ws) {
     if (es.empty()) return;
-    if (T == 1) {
-      std::vector<const QWeight*> g, u, d;
-      std::vector<float*> outs;
-      for (size_t j = 0; j < es.size(); ++j)
-        g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down), outs.push_back(ys.data() + at[size_t(es[j])]);
-      return swiglu_experts(int(es.size()), g.data(), u.data(), d.data(), x, outs.data());
-    }
-    // Several tokens: each expert's tokens gathered, all experts in one batched op.
+    std::vector<const QWeight*> g, u, d;
+    std::vector<float*> outs;
+    for (size_t j = 0; j < es.size(); ++j)
+      g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down), outs.push_back(ys.data() + at[size_t(es[j])]);
+    if (T == 1) return swiglu_experts(int(es.size()), g.data(), u.data(), d.data(), x, outs.data());
+    // Several tokens: each expert's tokens gathered (experts over the threads).
     std::vector<int64_t> xat(es.size() + 1, 0), tn(es.size());
     for (size_t j = 0; j < es.size(); ++j)
       tn[j] = int64_t(by_expert[size_t(es[j])].size()), xat[j + 1] = xat[j] + tn[j] * dim;
     xe.resize(size_t(xat.back()));
-    std::vector<const QWeight*> g, u, d;
     std::vector<const float*> xs;
-    std::vector<float*> outs;
-    for (size_t j = 0; j < es.size(); ++j) {
-      g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down);
-      xs.push_back(xe.data() + xat[j]), outs.push_back(ys.data() + at[size_t(es[j])]);
-    }
+    for (size_t j = 0; j < es.size(); ++j) xs.push_back(xe.data() + xat[j]);
     for_tokens(int64_t(es.size()), 8 * (xat.back() + 1) / int64_t(es.size()), [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j) {
         const auto& toks = by_expert[size_t(es[size_t(j)])];
@@ -141,9 +131,13 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
           const int32_t e = part[j];
           es.push_back(e), js.push_back(j);
           ws.push_back(rebased(experts[size_t(e)], record_base[size_t(e)], refs[j].wait()));
-          if (T > 1 && all) run(std::span(es).last(1), std::span(ws).last(1)), done[j] = true, refs[j].release();
+          if (all && T > 1) {  // run this arrival now and unpin it
+            run(es, ws);
+            done[j] = true, refs[j].release();
+            es.clear(), ws.clear(), js.clear();
+          }
         }
-        if (T == 1 || !all) run(es, ws);
+        run(es, ws);
         for (size_t j : js) done[j] = true, refs[j].release();
       };
       run_ready(false);

@@ -101,6 +101,18 @@ void rows_region(const cpu::Kernels& k, int n, const QWeight* const* ws, const c
   });
 }
 
+// fn(i) for i in [0, n), one item at a time from a shared counter (items of uneven cost
+// balance themselves); inline when there is one thread or `inline_` is set.
+template <typename F>
+void each_item(int64_t n, bool inline_, F&& fn) {
+  auto range = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) fn(i);
+  };
+  ThreadPool& pool = cpu_thread_pool();
+  if (inline_ || pool.size() == 1) return range(0, n);
+  pool.parallel_for(n, 1, range);
+}
+
 // Prepared x's reused across calls (their buffers only grow); see prepared_x().
 std::vector<cpu::PreparedX>& prepared_pool(size_t n) {
   thread_local std::vector<cpu::PreparedX> pool;
@@ -149,17 +161,13 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
   const int64_t block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
   const int64_t blocks = (hidden + block - 1) / block;
   const cpu::PreparedX& px = pool[0];
-  auto gate_up = [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t i = b / blocks, r0 = (b % blocks) * block, r1 = std::min(hidden, r0 + block);
-      float *g = gu + 2 * i * hidden, *u = g + hidden;
-      k.matvec_rows(*gate[i], px, g, r0, r1);
-      k.matvec_rows(*up[i], px, u, r0, r1);
-      swiglu_ref(g + r0, u + r0, r1 - r0, g + r0);
-    }
-  };
-  if (2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes || threads == 1) gate_up(0, n * blocks);
-  else cpu_thread_pool().parallel_for(n * blocks, 1, gate_up);
+  each_item(n * blocks, 2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes, [&](int64_t b) {
+    const int64_t i = b / blocks, r0 = (b % blocks) * block, r1 = std::min(hidden, r0 + block);
+    float *g = gu + 2 * i * hidden, *u = g + hidden;
+    k.matvec_rows(*gate[i], px, g, r0, r1);
+    k.matvec_rows(*up[i], px, u, r0, r1);
+    swiglu_ref(g + r0, u + r0, r1 - r0, g + r0);
+  });
   // Region 2: all down rows, each expert against its own prepared h.
   std::vector<const cpu::PreparedX*> pxs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
@@ -197,37 +205,33 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
   MF_ASSERT(n >= 1);
   const cpu::Kernels& k = kernels();
   std::vector<int64_t> at(static_cast<size_t>(n) + 1, 0);  // token offsets into g / u
-  bool shared_x = true;  // gate and up of each expert take the same prepared x
   for (int i = 0; i < n; ++i) {
     MF_ASSERT(gate[i]->rows == up[i]->rows && gate[i]->rows == down[i]->cols && gate[i]->cols == up[i]->cols &&
               gate[i]->rows == gate[0]->rows && T[i] >= 1);
-    shared_x = shared_x && same_layout(*gate[i], *up[i]);
     at[size_t(i) + 1] = at[size_t(i)] + T[i];
-  }
-  if (!shared_x) {  // mixed quantisation within an expert: one matmul at a time
-    for (int i = 0; i < n; ++i) {
-      const int64_t h = gate[i]->rows;
-      std::vector<float> gi(static_cast<size_t>(T[i] * h)), ui(static_cast<size_t>(T[i] * h));
-      matmul(*gate[i], xs[i], T[i], gi.data());
-      matmul(*up[i], xs[i], T[i], ui.data());
-      swiglu_ref(gi.data(), ui.data(), T[i] * h, gi.data());
-      matmul(*down[i], gi.data(), T[i], outs[i]);
-    }
-    return;
   }
   const int64_t hidden = gate[0]->rows, total = at[size_t(n)];
   float* g = cpu::scratch(6, size_t(total * hidden));  // gate, then h = silu(gate) * up
   float* u = cpu::scratch(7, size_t(total * hidden));
-  std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n));
+  // pool[i]: expert i's x for gate (then h for down); pool[n + i]: its x for up when up's
+  // layout differs from gate's (mixed quantisation), else unused.
+  std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(2 * n));
+  auto up_x = [&](int64_t i) -> const cpu::PreparedX& {
+    return same_layout(*gate[i], *up[i]) ? pool[size_t(i)] : pool[size_t(n + i)];
+  };
   // Each expert's x prepared by whichever thread takes it (many experts: a serial loop here
   // would leave the other threads idle).
   auto prepare_all = [&](const QWeight* const* ws, auto&& x_of) {
     for_rows(n, ws[0]->cols * 4 * (total / n + 1), 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) cpu::prepare_x(*ws[i], x_of(i), T[i], k.lanes, false, &pool[size_t(i)]);
+      for (int64_t i = i0; i < i1; ++i) {
+        cpu::prepare_x(*ws[i], x_of(i), T[i], k.lanes, false, &pool[size_t(i)]);
+        if (ws == gate && !same_layout(*gate[i], *up[i]))
+          cpu::prepare_x(*up[i], x_of(i), T[i], k.lanes, false, &pool[size_t(n + i)]);
+      }
     });
   };
   prepare_all(gate, [&](int64_t i) { return xs[i]; });
-  // Tasks of kRowBlock rows of one expert: dealt out one at a time, so that experts with many
+  // Tasks of kRowBlock rows of one expert, dealt out one at a time, so that experts with many
   // tokens balance with those with few.
   constexpr int64_t kRowBlock = 64;
   struct Task {
@@ -235,34 +239,24 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
     int64_t r0, r1;
   };
   std::vector<Task> tasks;
-  auto make_tasks = [&](int64_t rows) {
+  auto run_tasks = [&](int64_t rows, auto&& fn) {
     tasks.clear();
     for (int i = 0; i < n; ++i)
       for (int64_t r = 0; r < rows; r += kRowBlock) tasks.push_back({i, r, std::min(rows, r + kRowBlock)});
-  };
-  auto run_tasks = [&](auto&& fn) {
-    ThreadPool& pool_ = cpu_thread_pool();
-    if (pool_.size() == 1) {
-      for (const Task& t : tasks) fn(t);
-      return;
-    }
-    pool_.parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) fn(tasks[size_t(j)]);
-    });
+    each_item(int64_t(tasks.size()), false, [&](int64_t j) { fn(tasks[size_t(j)]); });
   };
   // Gate and up rows of a block, then h = silu(gate) * up on the block.
-  make_tasks(hidden);
-  run_tasks([&](const Task& t) {
+  run_tasks(hidden, [&](const Task& t) {
     float* gi = g + at[size_t(t.i)] * hidden;
     float* ui = u + at[size_t(t.i)] * hidden;
     k.matmul_rows(*gate[t.i], pool[size_t(t.i)], gi, hidden, t.r0, t.r1);
-    k.matmul_rows(*up[t.i], pool[size_t(t.i)], ui, hidden, t.r0, t.r1);
+    k.matmul_rows(*up[t.i], up_x(t.i), ui, hidden, t.r0, t.r1);
     for (int64_t tok = 0; tok < T[t.i]; ++tok)
       swiglu_ref(gi + tok * hidden + t.r0, ui + tok * hidden + t.r0, t.r1 - t.r0, gi + tok * hidden + t.r0);
   });
   prepare_all(down, [&](int64_t i) { return g + at[size_t(i)] * hidden; });
-  make_tasks(down[0]->rows);
-  run_tasks([&](const Task& t) { k.matmul_rows(*down[t.i], pool[size_t(t.i)], outs[t.i], down[t.i]->rows, t.r0, t.r1); });
+  run_tasks(down[0]->rows,
+            [&](const Task& t) { k.matmul_rows(*down[t.i], pool[size_t(t.i)], outs[t.i], down[t.i]->rows, t.r0, t.r1); });
 }
 
 namespace {
