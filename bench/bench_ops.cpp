@@ -1,13 +1,15 @@
 // bench_ops: Google Benchmark of the optimised CPU ops at real shapes (Qwen3-30B-A3B expert
 // and attention projections) per ISA level and thread count, reporting us/run, GB/s of weight
 // bytes and % of the measured read-bandwidth ceiling (matvec) or FMA peak (matmul).
-// Weights rotate through copies spanning 128 MiB, so every run reads them from DRAM.
+// Weights rotate through copies spanning 128 MiB, so every run reads them from DRAM
+// (BENCH_OPS_ROTATE_MB changes the span).
 // Run: build/bench/bench_ops [--benchmark_filter=Matvec] [--ceiling_mb=1024]
 #include <benchmark/benchmark.h>
 
 #include <time.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -29,7 +31,12 @@ struct Ceilings {
 using Clock = std::chrono::steady_clock;
 Ceilings g_ceil;
 int g_cores = 1;
-constexpr size_t kRotateBytes = size_t(128) << 20;  // > 4x a 32 MiB L3
+// Bytes the copies span: > 4x a 32 MiB L3. BENCH_OPS_ROTATE_MB=1 keeps them in cache instead
+// (the kernel's compute rate, without DRAM).
+size_t rotate_bytes() {
+  const char* e = std::getenv("BENCH_OPS_ROTATE_MB");
+  return (e && std::atol(e) > 0 ? size_t(std::atol(e)) : size_t(128)) << 20;
+}
 
 // Copies of one weight, far enough apart in memory that reading them in turn misses cache.
 struct WeightSet {
@@ -41,7 +48,7 @@ struct WeightSet {
   size_t bytes = 0;  // weight + scale + bias bytes of one copy
   explicit WeightSet(test::OwnedWeight o) : base(std::move(o)) {
     bytes = base.data.size() + base.scales.size() + base.biases.size();
-    const size_t copies = std::max<size_t>(2, kRotateBytes / bytes);
+    const size_t copies = std::max<size_t>(2, rotate_bytes() / bytes);
     for (size_t i = 0; i < copies; ++i) {
       data.emplace_back(base.data.begin(), base.data.end());
       scales.emplace_back(base.scales.begin(), base.scales.end());

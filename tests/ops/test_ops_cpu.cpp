@@ -447,6 +447,39 @@ TEST(OpsCpu, MlaAbsorbedAttentionMatchesReference) {
   }
 }
 
+// The per-head products of absorbed MLA (W_kb^T q_nope, W_vb ctx) against the row references,
+// per block, for the formats kv_b comes in (4-bit affine, bf16, fp8 blocks), ragged widths,
+// 1 and 3 threads.
+TEST(OpsCpu, RowBlockProductsMatchReference) {
+  struct Case { int64_t blocks, nope, v, cols; };
+  for (const Case& c : {Case{2, 8, 8, 64}, Case{5, 16, 24, 192}, Case{16, 128, 128, 512}}) {
+    const int64_t kvd = c.nope + c.v, rows = c.blocks * kvd;
+    std::vector<OwnedWeight> ws;
+    ws.push_back(test::random_affine(rows, c.cols, 4, 64, DType::BF16, uint32_t(c.cols)));
+    ws.push_back(test::random_dense(rows, c.cols, DType::BF16, uint32_t(c.cols + 1)));
+    ws.push_back(test::random_fp8(rows, c.cols, 128, 128, DType::F32, uint32_t(c.cols + 2)));
+    const auto q = test::randn(size_t(c.blocks * c.nope), 7), ctx = test::randn(size_t(c.blocks * c.cols), 8);
+    for (const auto& o : ws) {
+      std::vector<float> want_t(static_cast<size_t>(c.blocks * c.cols)), want(static_cast<size_t>(c.blocks * c.v));
+      for (int64_t b = 0; b < c.blocks; ++b) {
+        matvec_t_rows_ref(o.w, b * kvd, c.nope, q.data() + b * c.nope, want_t.data() + b * c.cols);
+        matvec_rows_ref(o.w, b * kvd + c.nope, c.v, ctx.data() + b * c.cols, want.data() + b * c.v);
+      }
+      for (int threads : {1, 3})
+        for (CpuIsa isa : isas()) {
+          set_cpu_threads(threads);
+          ScopedCpuIsa scoped(isa);
+          std::vector<float> got_t(want_t.size(), NAN), got(want.size(), NAN);
+          matvec_t_row_blocks(o.w, c.blocks, 0, kvd, c.nope, q.data(), c.nope, got_t.data(), c.cols);
+          matvec_row_blocks(o.w, c.blocks, c.nope, kvd, c.v, ctx.data(), c.cols, got.data(), c.v);
+          EXPECT_LE(test::rel_l2(got_t, want_t), 1e-5) << o.name() << " isa " << cpu_isa_name(isa);
+          EXPECT_LE(test::rel_l2(got, want), 1e-5) << o.name() << " isa " << cpu_isa_name(isa);
+        }
+    }
+  }
+  set_cpu_threads(0);
+}
+
 // The SIMD gated delta step against the reference over several steps (state carried over).
 TEST(OpsCpu, GatedDeltaStepMatchesReference) {
   for (auto [kd, vd] : {std::pair<int64_t, int64_t>{16, 24}, {128, 128}, {64, 100}}) {

@@ -1,5 +1,5 @@
-// MLA forward (reference path): projections into the latent cache, then naive or absorbed
-// attention over it. Tests: tests/model/test_deepseek_v3.cpp (both paths against the goldens
+// MLA forward: projections into the latent cache, then naive or absorbed attention over it
+// (optimised CPU ops throughout). Tests: tests/model/test_deepseek_v3.cpp (both paths against the goldens
 // and each other), tests/ops/test_mla_ref.cpp (the absorbed op).
 #include "model/blocks/mla.h"
 
@@ -93,16 +93,15 @@ void MlaAttention::attend_absorbed(const float* q, int64_t T, const LatentCache&
       ctx(static_cast<size_t>(n_heads * R)), att(static_cast<size_t>(T * n_heads * v_dim));
   for (int64_t t = 0; t < T; ++t) {
     const float* qt = q + t * n_heads * qk;
-    for (int64_t h = 0; h < n_heads; ++h) {
-      // q_c = W_kb[h]^T q_nope: scores against c equal q_nope . (W_kb[h] c) = q_nope . k_nope.
-      matvec_t_rows_ref(wkv_b, h * kvd, qk_nope_dim, qt + h * qk, qc.data() + h * R);
+    // q_c[h] = W_kb[h]^T q_nope[h]: scores against c equal q_nope . (W_kb[h] c) = q_nope . k_nope.
+    matvec_t_row_blocks(wkv_b, n_heads, 0, kvd, qk_nope_dim, qt, qk, qc.data(), R);
+    for (int64_t h = 0; h < n_heads; ++h)
       std::memcpy(qpe.data() + h * P, qt + h * qk + qk_nope_dim, size_t(P) * sizeof(float));
-    }
     mla_attention_absorbed(qc.data(), qpe.data(), lc.c.data(), lc.k_pe.data(), first + t + 1, n_heads, R, P, scale,
                            ctx.data());
     // sum_t p_t v_t = W_vb[h] (sum_t p_t c_t).
-    for (int64_t h = 0; h < n_heads; ++h)
-      matvec_rows_ref(wkv_b, h * kvd + qk_nope_dim, v_dim, ctx.data() + h * R, att.data() + (t * n_heads + h) * v_dim);
+    matvec_row_blocks(wkv_b, n_heads, qk_nope_dim, kvd, v_dim, ctx.data(), R, att.data() + t * n_heads * v_dim,
+                      v_dim);
   }
   matmul(wo, att.data(), T, out);
 }

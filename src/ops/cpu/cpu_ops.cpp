@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "core/cpu_features.h"
+#include "core/aligned.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/kernels.h"
@@ -311,6 +312,58 @@ void mla_attention_absorbed(const float* q_c, const float* q_pe, const float* c,
     }
   };
   for_rows(n_heads, n_ctx * (2 * rank + rope_dim) * 4, 1, heads);
+}
+
+void matvec_row_blocks(const QWeight& w, int64_t n_blocks, int64_t r0, int64_t rstride, int64_t n, const float* x,
+                       int64_t ldx, float* y, int64_t ldy) {
+  MF_ASSERT(n_blocks >= 0 && n >= 0 && r0 >= 0 && r0 + (n_blocks - 1) * rstride + n <= w.rows);
+  const cpu::Kernels& k = kernels();
+  for_rows(n_blocks, n * int64_t(w.row_bytes()), 1, [&](int64_t b0, int64_t b1) {
+    thread_local AlignedVector<float> rows;  // matvec_rows writes y[r] at the row's own index
+    if (rows.size() < size_t(w.rows)) rows.resize(size_t(w.rows));
+    cpu::PreparedX& px = prepared_x();
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t rb = r0 + b * rstride;
+      prepare_for(k, w, x + b * ldx, &px);
+      k.matvec_rows(w, px, rows.data(), rb, rb + n);
+      std::copy(rows.data() + rb, rows.data() + rb + n, y + b * ldy);
+    }
+  });
+}
+
+void matvec_t_row_blocks(const QWeight& w, int64_t n_blocks, int64_t r0, int64_t rstride, int64_t n,
+                         const float* x, int64_t ldx, float* y, int64_t ldy) {
+  MF_ASSERT(n_blocks >= 0 && n >= 0 && r0 >= 0 && r0 + (n_blocks - 1) * rstride + n <= w.rows);
+  const cpu::Kernels& k = kernels();
+  for_rows(n_blocks, n * int64_t(w.row_bytes()), 1, [&](int64_t b0, int64_t b1) {
+    // Rows decode in the kernels' own layout (lane-interleaved for affine codes); the sum is
+    // taken in that layout and put back in natural order once per block.
+    cpu::PreparedX layout;
+    cpu::prepare_x(w, nullptr, 0, k.lanes, false, &layout);
+    const int64_t len = layout.interleaved ? layout.stride : w.cols;
+    thread_local AlignedVector<float> row, acc, sb, bb;
+    row.resize(size_t(len)), acc.resize(size_t(len));
+    sb.resize(cpu::decode_params_size(w)), bb.resize(cpu::decode_params_size(w));
+    const int64_t p = layout.interleaved ? 32 / w.bits : 1, chunk = p * k.lanes;
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* xb = x + b * ldx;
+      float* yb = y + b * ldy;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        k.decode_row(w, layout, r0 + b * rstride + i, row.data(), sb.data(), bb.data());
+        k.axpy(xb[i], row.data(), acc.data(), len);
+      }
+      if (!layout.interleaved) {
+        std::copy(acc.data(), acc.data() + w.cols, yb);
+        continue;
+      }
+      // Natural column c = j * chunk + l * p + kk sits at j * chunk + kk * lanes + l.
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const int64_t j = c / chunk, l = (c % chunk) / p, kk = c % p;
+        yb[c] = acc[size_t(j * chunk + kk * k.lanes + l)];
+      }
+    }
+  });
 }
 
 void gated_delta_step(float* S, const float* q, const float* k, const float* v, float g, float beta, int64_t k_dim,

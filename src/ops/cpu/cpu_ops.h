@@ -68,6 +68,16 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
 void mla_attention_absorbed(const float* q_c, const float* q_pe, const float* c, const float* k_pe, int64_t n_ctx,
                             int64_t n_heads, int64_t rank, int64_t rope_dim, float scale, float* out);
 
+// Per block b < n_blocks (the heads of absorbed MLA, which multiply each head's x by its own
+// rows of kv_b): y_b (n) = rows r0 + b * rstride .. + n - 1 of W times x_b (w.cols), as
+// matvec_rows_ref (ops/ref); x_b = x + b * ldx, y_b = y + b * ldy. Blocks split over the threads.
+void matvec_row_blocks(const QWeight& w, int64_t n_blocks, int64_t r0, int64_t rstride, int64_t n, const float* x,
+                       int64_t ldx, float* y, int64_t ldy);
+// The transposed products, as matvec_t_rows_ref: y_b (w.cols) = (rows r0 + b * rstride .. + n
+// - 1 of W)^T x_b (n). Each row is decoded by the SIMD kernels and added in with axpy.
+void matvec_t_row_blocks(const QWeight& w, int64_t n_blocks, int64_t r0, int64_t rstride, int64_t n,
+                         const float* x, int64_t ldx, float* y, int64_t ldy);
+
 // One gated delta rule step of one head, as gated_delta_step_ref (ops/ref/linear_attn.h): S
 // (k_dim, v_dim) decays by exp(g), takes the rank-one update k (beta (v - S^T k))^T, and out
 // (v_dim) = S^T q; two passes over S with SIMD row operations instead of four.

@@ -2,6 +2,7 @@
 // files (kernels_avx2.cpp, kernels_avx512.cpp, kernels_scalar.cpp). Each ISA file compiles
 // its code under `#pragma GCC target`, so the binary still runs on CPUs without it.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct Kernels {
   // y[t * ldy + r] for r in [r0, r1) and all px.T tokens; each row is decoded once.
   void (*matmul_rows)(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, int64_t r0,
                       int64_t r1);
+  // Row r as f32 in the layout of px (lane-interleaved when px.interleaved, else natural;
+  // PRECOND: !px.shifted) into out; returns its length (px.stride or w.cols). sb / bb:
+  // scratch of params_size floats each (kernels_avx512.cpp), unused by some formats.
+  int64_t (*decode_row)(const QWeight& w, const PreparedX& px, int64_t r, float* out, float* sb, float* bb);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
 };
@@ -68,6 +73,9 @@ const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 const Kernels& kernels_avx512_vnni();
+
+// Floats of scratch decode_row needs for each of sb and bb.
+inline size_t decode_params_size(const QWeight& w) { return size_t(w.cols / std::max<int64_t>(1, w.group_size) + 32); }
 
 // Scratch that lives per thread and only grows (row buffers, per-row scales).
 float* scratch(int slot, size_t n);

@@ -336,7 +336,7 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 
 namespace moeflux::cpu {
 const Kernels& kernels_avx512() {
-  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, dot, axpy};
+  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy};
   return k;
 }
 }  // namespace moeflux::cpu

@@ -74,6 +74,11 @@ void matvec_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t
   }
 }
 
+int64_t decode_row_scalar(const QWeight& w, const PreparedX&, int64_t r, float* out, float*, float*) {
+  dequant_row_ref(w, r, out);
+  return w.cols;
+}
+
 void matmul_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, int64_t r0,
                         int64_t r1) {
   float* row = scratch(0, size_t(w.cols));
@@ -85,7 +90,8 @@ void matmul_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t
 }  // namespace
 
 const Kernels& kernels_scalar() {
-  static const Kernels k{1, nullptr, matvec_rows_scalar, matmul_rows_scalar, dot_scalar, axpy_scalar};
+  static const Kernels k{1, nullptr, matvec_rows_scalar, matmul_rows_scalar, decode_row_scalar, dot_scalar,
+                         axpy_scalar};
   return k;
 }
 
