@@ -120,6 +120,35 @@ void bm_matmul(benchmark::State& st, const WeightSet* ws, int64_t T, CpuIsa isa,
   st.SetLabel(ws->base.w.describe() + " T=" + std::to_string(T));
 }
 
+// One decode token through 8 routed experts (swiglu_experts: two parallel regions), each
+// expert's matrices taken from the rotating copies, so that every call reads from DRAM.
+void bm_swiglu_experts(benchmark::State& st, const WeightSet* gu, const WeightSet* dn, CpuIsa isa, int threads) {
+  set_level(st, isa, threads);
+  constexpr int kK = 8;
+  const int64_t dim = gu->views[0].cols;
+  const auto x = test::randn(size_t(dim), 1);
+  std::vector<float> out(static_cast<size_t>(kK * dim));
+  const size_t ng = gu->views.size(), nd = dn->views.size();
+  size_t i = 0;
+  const auto t0 = Clock::now();
+  for (auto _ : st) {
+    const QWeight *g[kK], *u[kK], *d[kK];
+    float* o[kK];
+    for (int k = 0; k < kK; ++k) {
+      g[k] = &gu->views[(i + 2 * size_t(k)) % ng], u[k] = &gu->views[(i + 2 * size_t(k) + 1) % ng];
+      d[k] = &dn->views[(i / 2 + size_t(k)) % nd], o[k] = out.data() + k * dim;
+    }
+    swiglu_experts(kK, g, u, d, x.data(), o);
+    benchmark::DoNotOptimize(out.data());
+    i = (i + 2 * kK) % ng;
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double gbs = double(kK) * double(2 * gu->bytes + dn->bytes) * double(st.iterations()) / s / 1e9;
+  st.counters["GB/s"] = gbs;
+  st.counters["ceil%"] = 100.0 * gbs / (threads == 1 ? g_ceil.bw1 : g_ceil.bw_all);
+  st.SetLabel("8 x (" + gu->base.w.describe() + " x2, " + dn->base.w.describe() + ")");
+}
+
 void bm_attention(benchmark::State& st, int64_t n_ctx, CpuIsa isa, int threads) {
   set_level(st, isa, threads);
   const int64_t n_heads = 32, n_kv = 4, hd = 128;
@@ -157,6 +186,11 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
         benchmark::RegisterBenchmark((std::string("Matvec/q4g64/") + s.what + "/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
                                      bm_matvec, ws, isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
+  // One token through 8 experts of Qwen3-30B-A3B shape (gate / up / down), as decode runs them.
+  for (CpuIsa isa : isas_q)
+    for (int t : thread_counts)
+      benchmark::RegisterBenchmark((std::string("SwigluExperts/q4g64/k8/") + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
+                                   bm_swiglu_experts, keep[0].get(), keep[1].get(), isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
   // Every format at the attention-q shape (4096 x 2048).
   struct Fmt { const char* name; test::OwnedWeight (*make)(); };
   const Fmt fmts[] = {
