@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "stream16". Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -23,6 +23,11 @@ for s in ${DEVICE_STEPS:-stream}; do
         echo "## phases: bench $t -r 2 --profile" | tee -a "$OUT/phases.md"
         MOEFLUX_PHASES=1 timeout 90 $W/build/src/moeflux bench -m "$p" $t -r 2 --profile 2>&1 | grep -v "^measuring" | tee -a "$OUT/phases.md"
       done ;;
+    ops)  # op-level rates (bench_ops, built by hand: the engine-only build has no benchmarks)
+      g++ -O2 -std=c++20 -Isrc -Itests bench/bench_ops.cpp tests/util/random_weights.cpp "$W/build/src/libmoeflux_core.a" \
+          -lbenchmark -lpthread -lz -o "$W/bench_ops" || exit 1
+      timeout 240 "$W/bench_ops" --benchmark_filter='(Matvec/q4g64/(expert_gate_up|expert_down|attn_q)|SwigluExperts/q4g64/k8)/avx512/' \
+          --benchmark_min_time=0.3s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | tee "$OUT/bench_ops.txt" ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
       p=$W/qwen3-30b-a3b-l16
       MOEFLUX=$W/build/src/moeflux OUTDIR=$OUT/json16 timeout 170 scripts/bench-streaming.sh "$p" 12 2 "5% 100%" | tee "$OUT/stream_table_l16.md"

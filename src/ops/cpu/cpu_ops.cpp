@@ -11,6 +11,7 @@
 #include "core/cpu_features.h"
 #include "core/aligned.h"
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/kernels.h"
 #include "ops/ref/ref.h"
@@ -162,6 +163,7 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
   const int64_t block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
   const int64_t blocks = (hidden + block - 1) / block;
   const cpu::PreparedX& px = pool[0];
+  PhaseTimer pt("experts.gate_up");  // inside the caller's phase (moe.experts)
   each_item(n * blocks, 2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes, [&](int64_t b) {
     const int64_t i = b / blocks, r0 = (b % blocks) * block, r1 = std::min(hidden, r0 + block);
     float *g = gu + 2 * i * hidden, *u = g + hidden;
@@ -170,11 +172,13 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
     swiglu_ref(g + r0, u + r0, r1 - r0, g + r0);
   });
   // Region 2: all down rows, each expert against its own prepared h.
+  pt.next("experts.prepare_down");
   std::vector<const cpu::PreparedX*> pxs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     prepare_for(k, *down[i], gu + 2 * i * hidden, &pool[size_t(i)]);
     pxs[size_t(i)] = &pool[size_t(i)];
   }
+  pt.next("experts.down");
   rows_region(k, n, down, pxs.data(), outs);
 }
 
