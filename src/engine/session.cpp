@@ -78,23 +78,15 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
         }
       });
     };
-    {
-      PhaseTimer pt("layer.norms");
-      add_norm(layer.attn_norm, false);
-    }
-    {
-      PhaseTimer pt("layer.mixer");
-      layer.mixer->forward(h.data(), T, pos0, *states_[size_t(l)], y.data());
-    }
-    {
-      PhaseTimer pt("layer.norms");
-      add_norm(layer.ffn_norm, true);
-    }
-    {
-      PhaseTimer pt("layer.ffn");
-      layer.ffn->forward(h.data(), T, y.data());
-    }
-    PhaseTimer pt("layer.residual");
+    PhaseTimer pt("layer.norms");
+    add_norm(layer.attn_norm, false);
+    pt.next("layer.mixer");
+    layer.mixer->forward(h.data(), T, pos0, *states_[size_t(l)], y.data());
+    pt.next("layer.norms");
+    add_norm(layer.ffn_norm, true);
+    pt.next("layer.ffn");
+    layer.ffn->forward(h.data(), T, y.data());
+    pt.next("layer.residual");
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
     if (opt.hidden && l + 1 < L) std::copy(x.begin(), x.end(), opt.hidden->begin() + (l + 1) * T * dim);
   }

@@ -1,6 +1,6 @@
 // MLA forward: projections into the latent cache, then naive or absorbed attention over it
-// (optimised CPU ops throughout). Tests: tests/model/test_deepseek_v3.cpp (both paths against the goldens
-// and each other), tests/ops/test_mla_ref.cpp (the absorbed op).
+// (optimised CPU ops throughout). Tests: tests/model/test_deepseek_v3.cpp (both paths against
+// the goldens and each other), tests/ops/test_mla_ref.cpp (the absorbed op).
 #include "model/blocks/mla.h"
 
 #include <cstring>

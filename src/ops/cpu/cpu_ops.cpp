@@ -348,7 +348,6 @@ void matvec_t_row_blocks(const QWeight& w, int64_t n_blocks, int64_t r0, int64_t
     thread_local AlignedVector<float> row, acc, sb, bb;
     row.resize(size_t(len)), acc.resize(size_t(len));
     sb.resize(cpu::decode_params_size(w)), bb.resize(cpu::decode_params_size(w));
-    const int64_t p = layout.interleaved ? 32 / w.bits : 1, chunk = p * k.lanes;
     for (int64_t b = b0; b < b1; ++b) {
       const float* xb = x + b * ldx;
       float* yb = y + b * ldy;
@@ -361,11 +360,8 @@ void matvec_t_row_blocks(const QWeight& w, int64_t n_blocks, int64_t r0, int64_t
         std::copy(acc.data(), acc.data() + w.cols, yb);
         continue;
       }
-      // Natural column c = j * chunk + l * p + kk sits at j * chunk + kk * lanes + l.
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const int64_t j = c / chunk, l = (c % chunk) / p, kk = c % p;
-        yb[c] = acc[size_t(j * chunk + kk * k.lanes + l)];
-      }
+      cpu::for_each_interleaved(w.cols, 32 / w.bits, k.lanes,
+                                [&](int64_t c, int64_t i, int64_t) { yb[c] = acc[size_t(i)]; });
     }
   });
 }

@@ -20,6 +20,17 @@ namespace moeflux::cpu {
 // code k can be used in place, (v & (mask << bits*k)) converted exactly, without a shift.
 bool affine_fast(const QWeight& w, int lanes);
 
+// fn(c, i, k) for each natural column c < cols, i its index in the lane-interleaved layout of
+// P codes per word and `lanes` lanes, k its code position in the word (no divisions: x is
+// laid out this way once per call). cols: a multiple of P.
+template <typename F>
+inline void for_each_interleaved(int64_t cols, int64_t P, int64_t lanes, F&& fn) {
+  const int64_t chunk = P * lanes;
+  for (int64_t j = 0; j * chunk < cols; ++j)
+    for (int64_t l = 0; l < lanes && j * chunk + l * P < cols; ++l)
+      for (int64_t k = 0; k < P; ++k) fn(j * chunk + l * P + k, j * chunk + k * lanes + l, k);
+}
+
 // x (T, cols) prepared for one weight and one ISA; read-only while rows run in parallel.
 struct PreparedX {
   int64_t T = 0, cols = 0;

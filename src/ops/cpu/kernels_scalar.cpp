@@ -35,10 +35,7 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shif
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * cols;
     float* xs = px->xs.data() + t * px->stride;
-    for (int64_t j = 0; j * chunk < cols; ++j)  // no divisions: this runs once per call
-      for (int64_t l = 0; l < lanes && j * chunk + l * p < cols; ++l)
-        for (int64_t k = 0; k < p; ++k)
-          xs[j * chunk + k * lanes + l] = xt[j * chunk + l * p + k] * scale[k];
+    for_each_interleaved(cols, p, lanes, [&](int64_t c, int64_t i, int64_t k) { xs[i] = xt[c] * scale[k]; });
     float* gs = px->gsum.data() + t * px->gstride;
     for (int64_t g = 0; g < ng; ++g) {
       float s = 0.0f;
