@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "stream16". Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "stream16". Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -28,6 +28,16 @@ for s in ${DEVICE_STEPS:-stream}; do
           -lbenchmark -lpthread -lz -o "$W/bench_ops" || exit 1
       timeout 240 "$W/bench_ops" --benchmark_filter='(Matvec/q4g64/(expert_gate_up|expert_down|attn_q)|SwigluExperts/q4g64/k8)/avx512/' \
           --benchmark_min_time=0.3s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | tee "$OUT/bench_ops.txt" ;;
+    rows)  # A/B on one pack: resident (default) vs --mmap, 4-row vs 1-row matvec, alternating rounds
+      p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
+      [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      for round in 1 2 3 4; do
+        for v in $([ $((round % 2)) = 1 ] && echo "r4 r1 mm" || echo "mm r1 r4"); do
+          case $v in r4) e=(MOEFLUX_MATVEC_ROWS=4); a=() ;; r1) e=(MOEFLUX_MATVEC_ROWS=1); a=() ;; mm) e=(MOEFLUX_MATVEC_ROWS=4); a=(--mmap) ;; esac
+          echo -n "round$round $v: " | tee -a "$OUT/rows.md"
+          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 "${a[@]}" 2>&1 | grep "tg32 " | tee -a "$OUT/rows.md"
+        done
+      done ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
       p=$W/qwen3-30b-a3b-l16
       MOEFLUX=$W/build/src/moeflux OUTDIR=$OUT/json16 timeout 170 scripts/bench-streaming.sh "$p" 12 2 "5% 100%" | tee "$OUT/stream_table_l16.md"

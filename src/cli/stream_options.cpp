@@ -31,6 +31,9 @@ void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
       ->check(CLI::Range(0.0, 1.0));
   g->add_option("--save-profile", a.save_profile, "Write this run's expert usage counts (a routing profile)");
   g->add_flag("--mlock", a.mlock, "Lock the dense weights in RAM");
+  g->add_flag("--mmap", a.mmap,
+              "Map a pack that fits in half the RAM instead of copying it into (huge-page) memory: "
+              "faster start, shared page cache, slower decode");
   if (with_stats) g->add_flag("--stats", a.stats, "Print expert cache statistics to stderr");
 }
 
@@ -47,6 +50,7 @@ StreamOptions StreamArgs::options() const {
   o.pin_profile = pin_profile;
   o.pin_share = pin_share;
   o.mlock_dense = mlock;
+  o.resident = !mmap;
   o.need_cache = !save_profile.empty() || cache_policy_given;
   if (!o.enabled && (verify || !pin_profile.empty() || !save_profile.empty()))
     fail("--verify-experts, --pin-profile and --save-profile need the expert cache (not --io mmap)");

@@ -69,6 +69,31 @@ CpuIsa cpu_isa_default() { return std::min(cpu_isa_detected(), CpuIsa::Avx512); 
 
 CpuIsa cpu_isa() { return active().load(std::memory_order_relaxed); }
 
+namespace {
+bool is_amd() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+}
+
+std::atomic<int>& row_streams() {
+  static std::atomic<int> rows{[] {
+    const char* env = std::getenv("MOEFLUX_MATVEC_ROWS");
+    if (env && (std::string(env) == "1" || std::string(env) == "4")) return std::atoi(env);
+    if (env && *env) std::fprintf(stderr, "moeflux: warning: MOEFLUX_MATVEC_ROWS=%s is not 1 or 4; ignored\n", env);
+    return is_amd() ? 4 : 1;
+  }()};
+  return rows;
+}
+}  // namespace
+
+int matvec_row_streams() { return row_streams().load(std::memory_order_relaxed); }
+
+void set_matvec_row_streams(int rows) {
+  if (rows != 1 && rows != 4) fail("matvec row streams: ", rows, " (expected 1 or 4)");
+  row_streams().store(rows, std::memory_order_relaxed);
+}
+
 void set_cpu_isa(CpuIsa isa) {
   if (isa > cpu_isa_detected())
     fail("cpu isa ", cpu_isa_name(isa), " is not supported by this CPU (best: ",

@@ -29,6 +29,14 @@ void set_cpu_isa(CpuIsa isa);
 std::string_view cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512", "avx512vnni"
 std::optional<CpuIsa> cpu_isa_from_name(std::string_view s);
 
+// Rows the AVX-512 affine matvec reads side by side (1 or 4; the result is bit-identical
+// either way). Default: 4 on AMD CPUs, 1 elsewhere, from measurements (docs/benchmarks.md,
+// "Issue 8, fifth pass"): four code streams per core decode 10-25% faster from DRAM on the
+// Zen 5 dev VM, and 5-20% slower on the Emerald Rapids Xeon. $MOEFLUX_MATVEC_ROWS overrides.
+int matvec_row_streams();
+// Sets it (1 or 4; tests, benchmarks). Raises Error on another value.
+void set_matvec_row_streams(int rows);
+
 // Number of physical cores this process may run on (SMT siblings counted once).
 int physical_core_count();
 

@@ -16,11 +16,11 @@ std::string expert_tensor_name(const std::string& prefix, size_t expert, const s
 
 namespace {
 
-std::unique_ptr<MmapFile> map_checked(const std::string& dir, const std::string& file, uint64_t want) {
+std::unique_ptr<MmapFile> map_checked(const std::string& dir, const std::string& file, uint64_t want, MapMode mode) {
   const std::string path = (fs::path(dir) / file).string();
   std::error_code ec;
   if (!fs::exists(path, ec)) fail(dir, ": pack file '", file, "' is missing");
-  auto m = std::make_unique<MmapFile>(path);
+  auto m = std::make_unique<MmapFile>(path, mode);
   if (m->size() < want)
     fail(path, ": file has ", m->size(), " bytes but the manifest needs ", want, "; file truncated?");
   return m;
@@ -45,14 +45,14 @@ std::string module_of(const std::string& weight_name) {
 
 }  // namespace
 
-std::unique_ptr<PackStore> PackStore::open(const std::string& dir) {
+std::unique_ptr<PackStore> PackStore::open(const std::string& dir, MapMode mode) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   auto s = std::unique_ptr<PackStore>(new PackStore());
   s->dir_ = dir;
   s->manifest_ = parse_pack_manifest(read_text_file(mpath), mpath);
   const PackManifest& m = s->manifest_;
-  s->dense_ = map_checked(dir, m.dense_file, m.dense_size);
-  for (const auto& l : m.experts) s->layers_.push_back(map_checked(dir, l.file, l.size));
+  s->dense_ = map_checked(dir, m.dense_file, m.dense_size, mode);
+  for (const auto& l : m.experts) s->layers_.push_back(map_checked(dir, l.file, l.size, mode));
   size_t n = m.dense.size();
   for (const auto& l : m.experts)
     for (const auto& r : l.records) n += l.layouts[r.layout].size();

@@ -17,7 +17,8 @@ namespace moeflux {
 
 class PackStore : public TensorStore {
  public:
-  static std::unique_ptr<PackStore> open(const std::string& dir);
+  // Resident: dense.bin and the expert files are copied into memory (MmapFile) instead of mapped.
+  static std::unique_ptr<PackStore> open(const std::string& dir, MapMode mode = MapMode::Map);
 
   const PackManifest& manifest() const { return manifest_; }
   // The model configuration the engine runs: the source config.json with its quantisation

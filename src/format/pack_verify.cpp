@@ -32,7 +32,7 @@ std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<
   for (const auto& t : m.dense) {
     const uint8_t* p = pack.dense_map().data() + t.offset;
     const uint32_t c = crc32_of(p, t.nbytes);
-    drop_mapped_pages(p, t.nbytes);
+    pack.dense_map().drop_pages(p, t.nbytes);
     if (c != t.crc32) out.push_back({"dense tensor '" + t.name + "'", m.dense_file, t.offset, t.nbytes, t.crc32, c});
     if (on_bytes) on_bytes(t.nbytes);
   }
@@ -42,7 +42,7 @@ std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<
       const PackRecord& r = l.records[e];
       const uint8_t* p = pack.layer_map(li).data() + r.offset;
       const uint32_t c = crc32_of(p, r.size);
-      drop_mapped_pages(p, r.size);
+      pack.layer_map(li).drop_pages(p, r.size);
       if (c != r.crc32)
         out.push_back({cat("layer ", l.layer, " expert ", e), l.file, r.offset, r.size, r.crc32, c});
       if (on_bytes) on_bytes(r.size);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mmap_file.h"
 #include "format/config.h"
 #include "format/tensor_store.h"
 #include "ops/qweight.h"
@@ -72,8 +73,9 @@ struct Model {
   std::shared_ptr<ExpertCache> expert_cache;
 };
 
-// Opens a checkpoint directory (config.json + safetensors), dispatching on model_type.
-std::unique_ptr<Model> load_model(const std::string& dir);
+// Opens a checkpoint directory (config.json + safetensors) or a pack, dispatching on
+// model_type; a pack's files are mapped or (Resident) copied into memory.
+std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode = MapMode::Map);
 
 // Architectures the engine knows ("qwen3_moe", "mixtral", ...).
 std::vector<std::string> supported_architectures();

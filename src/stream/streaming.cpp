@@ -1,4 +1,4 @@
-// attach_expert_streaming, budget parsing, the dense-weight mlock.
+// attach_expert_streaming, budget parsing, resident or mapped packs, the dense-weight mlock.
 #include "stream/streaming.h"
 
 #include <sys/mman.h>
@@ -8,10 +8,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "core/error.h"
+#include "core/mmap_file.h"
+#include "format/pack_manifest.h"
 #include "format/pack_store.h"
+#include "format/tensor_store.h"
 #include "model/blocks/ffn.h"
 #include "stream/routing_profile.h"
 
@@ -58,6 +62,23 @@ uint64_t parse_cache_budget(const std::string& spec, uint64_t total) {
   return uint64_t(v * it->second);
 }
 
+namespace {
+bool wants_cache(const StreamOptions& opt) {
+  return opt.need_cache || opt.cache.io == IoMode::Direct || opt.cache.verify ||
+         opt.cache.engine == IoEngine::Uring || !opt.pin_profile.empty();
+}
+}  // namespace
+
+MapMode pack_map_mode(const std::string& dir, const StreamOptions& opt) {
+  if (!opt.resident || !opt.enabled || opt.budget != "auto" || wants_cache(opt) || !is_pack_dir(dir))
+    return MapMode::Map;
+  const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+  const PackManifest man = parse_pack_manifest(read_text_file(path), path);
+  uint64_t total = man.dense_size;
+  for (const auto& l : man.experts) total += l.size;
+  return parse_cache_budget("auto", total) >= total ? MapMode::Resident : MapMode::Map;
+}
+
 void attach_expert_streaming(Model& m, const StreamOptions& opt) {
   auto* pack = dynamic_cast<PackStore*>(m.store.get());
   if (!pack || !opt.enabled) return;
@@ -69,9 +90,7 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
     by_prefix[man.experts[i].prefix] = int(i);
     for (const auto& r : man.experts[i].records) total += r.size;
   }
-  const bool wants_cache = opt.need_cache || opt.cache.io == IoMode::Direct || opt.cache.verify ||
-                           opt.cache.engine == IoEngine::Uring || !opt.pin_profile.empty();
-  if (opt.budget == "auto" && !wants_cache && parse_cache_budget("auto", total) >= total) return;
+  if (opt.budget == "auto" && !wants_cache(opt) && parse_cache_budget("auto", total) >= total) return;
   ExpertCacheOptions co = opt.cache;
   co.budget_bytes = parse_cache_budget(opt.budget, total);
   m.expert_cache = std::make_unique<ExpertCache>(pack->dir(), man.experts, co);
@@ -100,7 +119,7 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
 }
 
 std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt) {
-  auto m = load_model(dir);
+  auto m = load_model(dir, pack_map_mode(dir, opt));
   attach_expert_streaming(*m, opt);
   if (opt.mlock_dense) {
     auto* pack = dynamic_cast<PackStore*>(m->store.get());

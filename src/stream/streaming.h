@@ -23,6 +23,9 @@ struct StreamOptions {
   double pin_share = 0.5;          // share of the budget the pinned experts may take
   bool mlock_dense = false;        // --mlock: lock the dense weights in RAM
   bool need_cache = false;         // e.g. --save-profile: use the cache even where auto would not
+  bool resident = true;            // where auto needs no cache and the whole pack fits in half
+                                   // the RAM, copy it into memory (MapMode::Resident) instead of
+                                   // mapping it; false: --mmap
 };
 
 // Parses a budget: "auto", N, N[KMGT] (powers of 1024; "iB"/"B" suffixes allowed) or P%
@@ -34,7 +37,11 @@ uint64_t parse_cache_budget(const std::string& spec, uint64_t total);
 // model's MoE blocks.
 void attach_expert_streaming(Model& m, const StreamOptions& opt);
 
-// load_model + attach_expert_streaming + --mlock.
+// How load_model(dir, opt) opens a pack: Resident when opt allows it, `auto` needs no expert
+// cache and dense.bin plus every expert file fit in half the RAM; else Map.
+MapMode pack_map_mode(const std::string& dir, const StreamOptions& opt);
+
+// load_model (pack_map_mode) + attach_expert_streaming + --mlock.
 std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt);
 
 }  // namespace moeflux

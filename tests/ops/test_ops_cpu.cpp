@@ -4,6 +4,8 @@
 // exact fp8 / affine decoding, and the thread pool's contract.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -164,6 +166,35 @@ TEST(OpsCpu, MatvecAffineEveryWidthAndGroup) {
           check_matvec(test::random_affine(rows, cols, bits, group, DType::BF16, seed), seed + 1);
           seed += 2;
         }
+}
+
+// Reading 4 rows side by side (matvec_row_streams) gives the same bits as one row at a time,
+// at every ISA and thread count (so the choice per CPU changes speed only), including row
+// counts that leave a tail of 1-3 rows.
+TEST(OpsCpu, MatvecRowStreamsAreBitIdentical) {
+  const int prev = matvec_row_streams();
+  uint32_t seed = 900;
+  for (int bits : {2, 4, 8})
+    for (int64_t rows : {7, 67, 513})
+      for (int64_t cols : {192, 2048}) {
+        const auto o = test::random_affine(rows, cols, bits, 64, DType::BF16, seed++);
+        const auto x = test::randn(size_t(cols), seed++);
+        for (int threads : {1, 3})
+          for (CpuIsa isa : isas()) {
+            set_cpu_threads(threads);
+            ScopedCpuIsa scoped(isa);
+            std::vector<float> y1(size_t(rows), NAN), y4(size_t(rows), NAN);
+            set_matvec_row_streams(1);
+            matvec(o.w, x.data(), y1.data());
+            set_matvec_row_streams(4);
+            matvec(o.w, x.data(), y4.data());
+            EXPECT_EQ(std::memcmp(y1.data(), y4.data(), y1.size() * sizeof(float)), 0)
+                << o.name() << " isa " << cpu_isa_name(isa) << " threads " << threads;
+          }
+      }
+  set_matvec_row_streams(prev);
+  set_cpu_threads(0);
+  EXPECT_THROW(set_matvec_row_streams(2), Error);
 }
 
 // The split-x (integer path) error at the Qwen3-30B-A3B expert shape: at f32 rounding level.

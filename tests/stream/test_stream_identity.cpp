@@ -155,5 +155,46 @@ TEST(StreamAuto, MapsAFittingPackUnlessTheCacheIsAskedFor) {
   EXPECT_TRUE(load_model(pack, o)->expert_cache);
 }
 
+// Where auto needs no cache, a fitting pack is copied into memory (resident) rather than
+// mapped, and computes bit-identical logits; --mmap (resident = false), --io mmap and any
+// option that takes the cache keep the map.
+TEST(StreamAuto, CopiesAFittingPackIntoMemoryWithIdenticalResults) {
+  for (const char* f : {"qwen3_moe/q4", "deepseek_v3/fp8"}) {
+    SCOPED_TRACE(f);
+    const std::string pack = test::fixture_pack(f);
+    const auto ids = test::load_golden(test::fixture_dir(f) + "/golden.safetensors").i32.at("input_ids");
+    auto mapped = load_model(pack);
+    ASSERT_FALSE(dynamic_cast<const PackStore&>(*mapped->store).dense_map().resident());
+    Session a(*mapped);
+    const test::RunResult ref = test::run_ids(a, ids, 8);
+    StreamOptions o;
+    EXPECT_EQ(pack_map_mode(pack, o), MapMode::Resident);
+    auto m = load_model(pack, o);
+    const auto& store = dynamic_cast<const PackStore&>(*m->store);
+    EXPECT_TRUE(store.dense_map().resident());
+    EXPECT_TRUE(store.layer_map(0).resident());
+    EXPECT_FALSE(m->expert_cache);
+    Session b(*m);
+    const test::RunResult got = test::run_ids(b, ids, 8);
+    EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
+    EXPECT_EQ(got.greedy, ref.greedy);
+  }
+  const std::string pack = test::fixture_pack("qwen3_moe/q4");
+  StreamOptions o;
+  o.resident = false;
+  EXPECT_EQ(pack_map_mode(pack, o), MapMode::Map);
+  o.resident = true;
+  o.enabled = false;  // --io mmap
+  EXPECT_EQ(pack_map_mode(pack, o), MapMode::Map);
+  o.enabled = true;
+  o.budget = "100%";
+  EXPECT_EQ(pack_map_mode(pack, o), MapMode::Map);
+  o.budget = "auto";
+  o.cache.io = IoMode::Direct;
+  EXPECT_EQ(pack_map_mode(pack, o), MapMode::Map);
+  o.cache.io = IoMode::Buffered;
+  EXPECT_EQ(pack_map_mode(test::fixture_dir("qwen3_moe/q4"), o), MapMode::Map);  // a checkpoint
+}
+
 }  // namespace
 }  // namespace moeflux

@@ -31,11 +31,11 @@ std::vector<std::string> supported_architectures() {
   return v;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir) {
+std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode) {
   auto m = std::make_unique<Model>();
   std::unique_ptr<PackStore> pack;
   if (is_pack_dir(dir)) {
-    pack = PackStore::open(dir);
+    pack = PackStore::open(dir, pack_mode);
     m->cfg = pack->model_config();
   } else {
     m->cfg = load_model_config(dir);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
@@ -167,45 +168,74 @@ inline __m512 code_shifted(__m512i v) {
   else return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(((1 << BITS) - 1) << (BITS * K))));
 }
 
-// Rows r0..r1 of y = W x, scales / biases of type S. Per row: the scales go to sb (padded
-// with zeros for the permute), the bias terms sum_g bias_g * gsum_g are accumulated, then the
-// codes are dotted chunk by chunk, each chunk's sum scaled by its lanes' group scales.
-// Everything that depends only on the matrix is computed once per call, not per row.
-template <int BITS, DType S>
-void affine_matvec_rows_t(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+// Rows r..r+R of y = W x, scales / biases of type S, read side by side: R streams of codes
+// keep more DRAM lines in flight than one, and each x vector load serves R rows (R = 4 is
+// 10-25% faster from DRAM on the dev Zen 5, slower on the Xeon: matvec_row_streams()). Per row: the scales go to its sb
+// slice (padded with zeros for the permute), the bias terms sum_g bias_g * gsum_g are
+// accumulated, then the codes are dotted chunk by chunk, each chunk's sum scaled by its
+// lanes' group scales. The arithmetic of each row is the same for every R.
+template <int BITS, DType S, int R>
+void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, float* sb,
+                       __m512i lg) {
   constexpr int P = 32 / BITS, CH = P * L;
-  const int64_t gs = w.group_size, words = w.cols / P, ng = w.cols / gs;
+  const int64_t gs = w.group_size, words = w.cols / P, ng = w.cols / gs, sn = ng + 2 * L;
   const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
-  const __m512i lg = lane_groups<P>(gs);
-  float* sb = scratch(1, size_t(ng + 2 * L));
   const float *xs = px.xs.data(), *gsum = px.gsum.data();
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t *sp = w.scales + r * sbytes, *bp = w.biases + r * sbytes;
-    __m512 acc = _mm512_setzero_ps();
+  __m512 acc[R];
+  const uint32_t* q[R];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    const uint8_t *sp = w.scales + (r + i) * sbytes, *bp = w.biases + (r + i) * sbytes;
+    acc[i] = _mm512_setzero_ps();
     int64_t g = 0;
     for (; g < ng; g += L) {
       const __mmask16 m = tail_mask(ng - g);
-      _mm512_storeu_ps(sb + g, load16<S>(sp, g, m));
-      acc = _mm512_fmadd_ps(load16<S>(bp, g, m), _mm512_loadu_ps(gsum + g), acc);
+      _mm512_storeu_ps(sb + i * sn + g, load16<S>(sp, g, m));
+      acc[i] = _mm512_fmadd_ps(load16<S>(bp, g, m), _mm512_loadu_ps(gsum + g), acc[i]);
     }
-    _mm512_storeu_ps(sb + g, _mm512_setzero_ps());
-    const uint32_t* q = reinterpret_cast<const uint32_t*>(w.data) + r * words;
-    GroupCursor gc(CH, gs);
-    for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
+    _mm512_storeu_ps(sb + i * sn + g, _mm512_setzero_ps());
+    q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i) * words;
+  }
+  GroupCursor gc(CH, gs);
+  for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
+    const __mmask16 tm = tail_mask(words - wi);
+    __m512i v[R];
+    __m512 c[R][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
       // Software prefetch 4 KiB ahead: the decode is heavy enough that the hardware
       // prefetcher alone leaves DRAM idle (measured: +50% on cold 4-bit rows).
-      _mm_prefetch(reinterpret_cast<const char*>(q + wi) + 4096, _MM_HINT_T0);
-      const __m512i v = words - wi >= L ? _mm512_loadu_si512(q + wi) : _mm512_maskz_loadu_epi32(tail_mask(words - wi), q + wi);
-      const float* xc = xs + j * CH;
-      __m512 c[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-      [&]<int... K>(std::integer_sequence<int, K...>) {
-        ((c[K & 1] = _mm512_fmadd_ps(code_shifted<BITS, K>(v), _mm512_loadu_ps(xc + K * L), c[K & 1])), ...);
-      }(std::make_integer_sequence<int, P>{});
-      const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + gc.g));
-      acc = _mm512_fmadd_ps(_mm512_add_ps(c[0], c[1]), sv, acc);
+      _mm_prefetch(reinterpret_cast<const char*>(q[i] + wi) + 4096, _MM_HINT_T0);
+      v[i] = words - wi >= L ? _mm512_loadu_si512(q[i] + wi) : _mm512_maskz_loadu_epi32(tm, q[i] + wi);
+      c[i][0] = c[i][1] = _mm512_setzero_ps();
     }
-    y[r] = _mm512_reduce_add_ps(acc);  // one reduction per row
+    const float* xc = xs + j * CH;
+    [&]<int... K>(std::integer_sequence<int, K...>) {
+      ([&] {
+        const __m512 xv = _mm512_loadu_ps(xc + K * L);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) c[i][K & 1] = _mm512_fmadd_ps(code_shifted<BITS, K>(v[i]), xv, c[i][K & 1]);
+      }(), ...);
+    }(std::make_integer_sequence<int, P>{});
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + i * sn + gc.g));
+      acc[i] = _mm512_fmadd_ps(_mm512_add_ps(c[i][0], c[i][1]), sv, acc[i]);
+    }
   }
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);  // one reduction per row
+}
+
+template <int BITS, DType S>
+void affine_matvec_rows_t(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  constexpr int R = 4;
+  const __m512i lg = lane_groups<32 / BITS>(w.group_size);
+  float* sb = scratch(1, size_t(R * (w.cols / w.group_size + 2 * L)));
+  int64_t r = r0;
+  if (matvec_row_streams() == R)
+    for (; r + R <= r1; r += R) affine_rows_block<BITS, S, R>(w, px, y, r, sb, lg);
+  for (; r < r1; ++r) affine_rows_block<BITS, S, 1>(w, px, y, r, sb, lg);
 }
 
 // Row r decoded (w = q * s + b) in the lane-interleaved order of the prepared x.

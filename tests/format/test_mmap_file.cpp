@@ -1,0 +1,62 @@
+// MmapFile: mapped and resident (copied) files hold the same bytes; a resident copy keeps its
+// data through drop_pages; empty and missing files.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "util/test_util.h"
+
+namespace moeflux {
+namespace {
+
+std::vector<uint8_t> write_bytes(const std::string& path, size_t n) {
+  std::vector<uint8_t> b(n);
+  uint32_t s = 12345;
+  for (auto& v : b) s = s * 1664525u + 1013904223u, v = uint8_t(s >> 24);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(n));
+  return b;
+}
+
+TEST(MmapFile, ResidentCopyHoldsTheFileBytes) {
+  test::TempDir dir;
+  const std::string path = dir.file("w.bin");
+  const size_t n = (size_t(3) << 20) + 17;  // not a whole number of huge pages
+  const auto want = write_bytes(path, n);
+  MmapFile mapped(path), res(path, MapMode::Resident);
+  EXPECT_FALSE(mapped.resident());
+  EXPECT_TRUE(res.resident());
+  ASSERT_EQ(res.size(), n);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(res.data()) % 64, 0u);
+  EXPECT_EQ(std::vector<uint8_t>(res.data(), res.data() + n), want);
+  EXPECT_EQ(std::vector<uint8_t>(mapped.data(), mapped.data() + n), want);
+  // Dropping pages is for mapped files only: the resident copy keeps its data.
+  res.drop_pages(res.data(), n);
+  mapped.drop_pages(mapped.data(), n);
+  EXPECT_EQ(std::vector<uint8_t>(res.data(), res.data() + n), want);
+  EXPECT_EQ(std::vector<uint8_t>(mapped.data(), mapped.data() + n), want);
+}
+
+TEST(MmapFile, EmptyAndMissingFiles) {
+  test::TempDir dir;
+  const std::string empty = dir.file("empty.bin");
+  write_bytes(empty, 0);
+  for (MapMode mode : {MapMode::Map, MapMode::Resident}) {
+    MmapFile f(empty, mode);
+    EXPECT_EQ(f.size(), 0u);
+    try {
+      MmapFile g(dir.file("missing.bin"), mode);
+      ADD_FAILURE() << "no error for a missing file";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("missing.bin: cannot open"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(MmapFile(dir.path(), MapMode::Resident), Error);  // a directory
+}
+
+}  // namespace
+}  // namespace moeflux
