@@ -20,6 +20,7 @@
 #include "engine/session.h"
 #include "ops/cpu/ceilings.h"
 #include "stream/disk_bench.h"
+#include "stream/routing_profile.h"
 #include "stream/stream_report.h"
 
 namespace moeflux::cli {
@@ -213,6 +214,8 @@ Runner register_bench(CLI::App& app) {
                     c.io_gbs(), r.seconds > 0 ? 100 * c.stall_s / r.seconds : 0.0, 100 * c.precision(),
                     100 * c.recall());
       }
+      if (!a->stream.save_profile.empty())
+        save_routing_profile(a->stream.save_profile, cache->layers(), cache->access_counts());
     }
     return 0;
   };

@@ -89,8 +89,13 @@ TEST(StreamCli, BadOptionsExitOneWithAMessage) {
 
 TEST(StreamCli, BenchPrintsTheStreamingTable) {
   int rc = 0;
-  const std::string out = all_of(" bench -m " + kDemo + " -p 8 -n 4 -r 1 --expert-cache 25%", &rc);
+  test::TempDir dir;
+  const std::string prof = dir.file("bench_profile.json");
+  const std::string out = all_of(" bench -m " + kDemo + " -p 8 -n 4 -r 1 --expert-cache 25% --save-profile " + prof, &rc);
   ASSERT_EQ(rc, 0) << out;
+  std::ifstream f(prof);  // bench writes the profile too (it used to ignore --save-profile)
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(text.find("moeflux-routing-profile"), std::string::npos) << out;
   EXPECT_NE(out.find("disk sequential read"), std::string::npos) << out;
   EXPECT_NE(out.find("| tg4 |"), std::string::npos) << out;
   EXPECT_NE(out.find("stall %"), std::string::npos) << out;
