@@ -28,12 +28,12 @@ for s in ${DEVICE_STEPS:-stream}; do
           -lbenchmark -lpthread -lz -o "$W/bench_ops" || exit 1
       timeout 240 "$W/bench_ops" --benchmark_filter='(Matvec/q4g64/(expert_gate_up|expert_down|attn_q)|SwigluExperts/q4g64/k8)/avx512/' \
           --benchmark_min_time=0.3s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | tee "$OUT/bench_ops.txt" ;;
-    rows)  # A/B on one pack: resident (default) vs --mmap, 4-row vs 1-row matvec, alternating rounds
+    rows)  # A/B on one pack, alternating rounds: 4-row vs 1-row matvec (resident), and --mmap (default rows)
       p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
       [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
       for round in 1 2 3 4; do
         for v in $([ $((round % 2)) = 1 ] && echo "r4 r1 mm" || echo "mm r1 r4"); do
-          case $v in r4) e=(MOEFLUX_MATVEC_ROWS=4); a=() ;; r1) e=(MOEFLUX_MATVEC_ROWS=1); a=() ;; mm) e=(MOEFLUX_MATVEC_ROWS=4); a=(--mmap) ;; esac
+          case $v in r4) e=(MOEFLUX_MATVEC_ROWS=4); a=() ;; r1) e=(MOEFLUX_MATVEC_ROWS=1); a=() ;; mm) e=(); a=(--mmap) ;; esac  # mm: default rows for the CPU
           echo -n "round$round $v: " | tee -a "$OUT/rows.md"
           timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 "${a[@]}" 2>&1 | grep "tg32 " | tee -a "$OUT/rows.md"
         done
