@@ -14,7 +14,7 @@ void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
   auto* g = sub->add_option_group("expert streaming (packs)");
   g->add_option("--expert-cache", a.expert_cache,
                 "Host memory for experts: a size (8G, 512M), a share of all experts (30%) or auto "
-                "(no cache when all experts fit in half the RAM: read through the memory map)");
+                "(no cache when all experts fit in half the RAM: the pack is read into memory, or mapped with --mmap)");
   g->add_option("--io", a.io, "Expert reads: buffered (page cache), direct (O_DIRECT), mmap (no cache)")
       ->check(CLI::IsMember({"buffered", "direct", "mmap"}));
   g->add_option("--io-engine", a.engine, "pread (reader threads) or uring (io_uring)")

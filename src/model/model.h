@@ -69,7 +69,7 @@ struct Model {
   std::vector<float> final_norm;  // (dim)
   std::vector<Layer> layers;
   // Expert streaming (stream/streaming.h): the host cache the MoE blocks read experts from;
-  // null when experts are read through the memory map.
+  // null when experts are read from the pack's own (resident or mapped) bytes.
   std::shared_ptr<ExpertCache> expert_cache;
 };
 

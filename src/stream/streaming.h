@@ -16,7 +16,7 @@ struct StreamOptions {
   std::string budget = "auto";     // --expert-cache: bytes ("8G", "512M", "1234"), "30%" of all
                                    // expert bytes, or "auto": when all experts fit in half the
                                    // RAM and nothing below asks for the cache, no cache (the
-                                   // memory map: the page cache holds them without copies);
+                                   // pack's own bytes: resident, or the memory map);
                                    // otherwise a cache of min(all experts, half the RAM)
   ExpertCacheOptions cache;        // budget_bytes is set from `budget`
   std::string pin_profile;         // routing profile (JSON) whose most used experts are pinned

@@ -134,9 +134,9 @@ TEST(StreamIdentityLong, SmallCacheWithPrefetch) {
 namespace moeflux {
 namespace {
 
-// `auto` reads a pack whose experts fit in half the RAM through the memory map (the fastest
-// path there), unless an option needs the cache.
-TEST(StreamAuto, MapsAFittingPackUnlessTheCacheIsAskedFor) {
+// `auto` uses no expert cache for a pack whose experts fit in half the RAM (the pack is read
+// into memory or mapped: see the next test), unless an option needs the cache.
+TEST(StreamAuto, NoCacheForAFittingPackUnlessTheCacheIsAskedFor) {
   const std::string pack = test::fixture_pack("qwen3_moe/q4");
   StreamOptions o;
   EXPECT_FALSE(load_model(pack, o)->expert_cache);
