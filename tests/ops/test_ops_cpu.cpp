@@ -439,7 +439,7 @@ TEST(OpsCpu, BatchedExpertsMatchReference) {
 TEST(OpsCpu, CausalAttentionMatchesPerQueryReference) {
   struct Case { int64_t len0, T, window, n_heads, n_kv_heads, head_dim; };
   for (const Case& c : {Case{0, 9, 0, 4, 2, 64}, Case{5, 17, 0, 8, 2, 40}, Case{30, 12, 16, 4, 4, 32},
-                        Case{0, 40, 7, 16, 4, 128}}) {
+                        Case{0, 40, 7, 16, 4, 128}, Case{300, 1, 0, 32, 4, 128}, Case{200, 2, 64, 12, 4, 64}}) {
     const int64_t n = c.len0 + c.T, kd = c.n_kv_heads * c.head_dim, qd = c.n_heads * c.head_dim;
     const auto q = test::randn(size_t(c.T * qd), 1), k = test::randn(size_t(n * kd), 2), v = test::randn(size_t(n * kd), 3);
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
@@ -451,12 +451,19 @@ TEST(OpsCpu, CausalAttentionMatchesPerQueryReference) {
     }
     for (CpuIsa isa : isas()) {
       ScopedCpuIsa scoped(isa);
-      std::vector<float> out(want.size(), NAN);
-      attention_causal(q.data(), k.data(), v.data(), c.T, c.len0, c.window, c.n_heads, c.n_kv_heads, c.head_dim,
-                       c.head_dim, scale, out.data());
-      EXPECT_LE(test::rel_l2(out, want), 1e-5) << c.len0 << "+" << c.T << " isa " << cpu_isa_name(isa);
+      std::vector<float> one;  // on one thread; more threads split the head groups differently
+      for (int threads : {1, 3, 16}) {
+        set_cpu_threads(threads);
+        std::vector<float> out(want.size(), NAN);
+        attention_causal(q.data(), k.data(), v.data(), c.T, c.len0, c.window, c.n_heads, c.n_kv_heads, c.head_dim,
+                         c.head_dim, scale, out.data());
+        EXPECT_LE(test::rel_l2(out, want), 1e-5) << c.len0 << "+" << c.T << " isa " << cpu_isa_name(isa);
+        if (one.empty()) one = out;
+        EXPECT_EQ(out, one) << c.len0 << "+" << c.T << " isa " << cpu_isa_name(isa) << " threads " << threads;
+      }
     }
   }
+  set_cpu_threads(0);
 }
 
 // Absorbed MLA attention against its reference, at DeepSeek-like rank / rope widths.

@@ -266,12 +266,25 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
 
 namespace {
 // One head of one query over n_ctx cached positions (attention_ref's order of operations).
-void attend_head(const cpu::Kernels& kn, const float* qh, const float* k, const float* v, int64_t n_ctx,
-                 int64_t n_kv_heads, int64_t kvh, int64_t head_dim, int64_t v_dim, float scale, float* p, float* oh) {
-  for (int64_t t = 0; t < n_ctx; ++t) p[t] = kn.dot(qh, k + (t * n_kv_heads + kvh) * head_dim, head_dim) * scale;
-  softmax_ref(p, n_ctx);
-  std::fill(oh, oh + v_dim, 0.0f);
-  for (int64_t t = 0; t < n_ctx; ++t) kn.axpy(p[t], v + (t * n_kv_heads + kvh) * v_dim, oh, v_dim);
+// Query heads [0, nh) of one kv head (kvh) attend together: each K and V row is loaded from
+// memory once for all of them (then from L1), not once per query head. Per head the dots, the
+// softmax and the axpys are the single-head ones in the same order, so the result does not
+// depend on how heads are grouped. q / oh: the first head's query and output (heads adjacent);
+// p: nh * n_ctx floats of scratch.
+void attend_heads(const cpu::Kernels& kn, const float* q, int64_t nh, const float* k, const float* v, int64_t n_ctx,
+                  int64_t n_kv_heads, int64_t kvh, int64_t head_dim, int64_t v_dim, float scale, float* p, float* oh) {
+  for (int64_t t = 0; t < n_ctx; ++t) {
+    const float* kr = k + (t * n_kv_heads + kvh) * head_dim;
+    for (int64_t j = 0; j < nh; ++j) p[j * n_ctx + t] = kn.dot(q + j * head_dim, kr, head_dim) * scale;
+  }
+  for (int64_t j = 0; j < nh; ++j) {
+    softmax_ref(p + j * n_ctx, n_ctx);
+    std::fill(oh + j * v_dim, oh + (j + 1) * v_dim, 0.0f);
+  }
+  for (int64_t t = 0; t < n_ctx; ++t) {
+    const float* vr = v + (t * n_kv_heads + kvh) * v_dim;
+    for (int64_t j = 0; j < nh; ++j) kn.axpy(p[j * n_ctx + t], vr, oh + j * v_dim, v_dim);
+  }
 }
 }  // namespace
 
@@ -285,18 +298,25 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
   MF_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && T > 0 && len0 >= 0);
   const cpu::Kernels& kn = kernels();
   const int64_t group = n_heads / n_kv_heads;
-  auto items = [&](int64_t i0, int64_t i1) {  // item i: token i / n_heads, head i % n_heads
-    float* p = cpu::scratch(3, size_t(len0 + T));
+  // Item: (token, kv head, slice of its query heads). A group is split only as far as needed
+  // to give every thread ~2 items (decode: T = 1, often 4-8 kv heads for 16 threads).
+  const int64_t threads = cpu_thread_pool().size();
+  const int64_t split = std::clamp<int64_t>((2 * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
+  const int64_t per_slice = (group + split - 1) / split;
+  auto items = [&](int64_t i0, int64_t i1) {
+    float* p = cpu::scratch(3, size_t(per_slice * (len0 + T)));
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / n_heads, h = i % n_heads, n_ctx = len0 + t + 1;
-      const int64_t first = window > 0 && n_ctx > window ? n_ctx - window : 0;
-      attend_head(kn, q + (t * n_heads + h) * head_dim, k + first * n_kv_heads * head_dim,
-                  v + first * n_kv_heads * v_dim, n_ctx - first, n_kv_heads, h / group, head_dim, v_dim, scale, p,
-                  out + (t * n_heads + h) * v_dim);
+      const int64_t t = i / (n_kv_heads * split), g = i / split % n_kv_heads, s = i % split;
+      const int64_t h0 = g * group + s * per_slice, nh = std::min(per_slice, (g + 1) * group - h0);
+      if (nh <= 0) continue;
+      const int64_t n_ctx = len0 + t + 1, first = window > 0 && n_ctx > window ? n_ctx - window : 0;
+      attend_heads(kn, q + (t * n_heads + h0) * head_dim, nh, k + first * n_kv_heads * head_dim,
+                   v + first * n_kv_heads * v_dim, n_ctx - first, n_kv_heads, g, head_dim, v_dim, scale, p,
+                   out + (t * n_heads + h0) * v_dim);
     }
   };
-  const int64_t per_item = (len0 + (T + 1) / 2) * (head_dim + v_dim) * 4;  // average context
-  for_rows(T * n_heads, per_item, 1, items);
+  const int64_t per_item = (len0 + (T + 1) / 2) * (head_dim + v_dim) * 4 * per_slice;  // average context
+  for_rows(T * n_kv_heads * split, per_item, 1, items);
 }
 
 void mla_attention_absorbed(const float* q_c, const float* q_pe, const float* c, const float* k_pe, int64_t n_ctx,
