@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "core/error.h"
@@ -63,6 +64,17 @@ uint64_t parse_cache_budget(const std::string& spec, uint64_t total) {
 }
 
 namespace {
+// MemAvailable of /proc/meminfo (free memory plus what the kernel can reclaim, the page cache
+// included), or UINT64_MAX where it cannot be read.
+uint64_t available_ram() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kib = 0;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return UINT64_MAX;
+}
+
 bool wants_cache(const StreamOptions& opt) {
   return opt.need_cache || opt.cache.io == IoMode::Direct || opt.cache.verify ||
          opt.cache.engine == IoEngine::Uring || !opt.pin_profile.empty();
@@ -76,7 +88,10 @@ MapMode pack_map_mode(const std::string& dir, const StreamOptions& opt) {
   const PackManifest man = parse_pack_manifest(read_text_file(path), path);
   uint64_t total = man.dense_size;
   for (const auto& l : man.experts) total += l.size;
-  return parse_cache_budget("auto", total) >= total ? MapMode::Resident : MapMode::Map;
+  // The copy must also leave room: a pack that fits in half the RAM but not in what is
+  // available now (other processes) stays mapped, where the kernel can page it.
+  const bool fits = parse_cache_budget("auto", total) >= total && total <= available_ram() / 10 * 9;
+  return fits ? MapMode::Resident : MapMode::Map;
 }
 
 void attach_expert_streaming(Model& m, const StreamOptions& opt) {

@@ -38,7 +38,8 @@ uint64_t parse_cache_budget(const std::string& spec, uint64_t total);
 void attach_expert_streaming(Model& m, const StreamOptions& opt);
 
 // How load_model(dir, opt) opens a pack: Resident when opt allows it, `auto` needs no expert
-// cache and dense.bin plus every expert file fit in half the RAM; else Map.
+// cache and dense.bin plus every expert file fit in half the RAM and in 90% of MemAvailable;
+// else Map.
 MapMode pack_map_mode(const std::string& dir, const StreamOptions& opt);
 
 // load_model (pack_map_mode) + attach_expert_streaming + --mlock.
