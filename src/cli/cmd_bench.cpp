@@ -72,7 +72,7 @@ Runner register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"cpu"}));
   sub->add_flag("--json", a->json, "Print the results as JSON");
   sub->add_flag("--profile", a->profile,
-                "Also report the thread pool's parallel regions per token and how busy the threads were in them");
+                "Also report the thread pool's parallel regions per token, how busy the threads were in them and how the caller waited for their last chunks");
   add_stream_options(sub, a->stream, false);
   return [a]() {
     set_cpu_threads(a->threads);
@@ -184,14 +184,17 @@ Runner register_bench(CLI::App& app) {
                   tg ? "" : num(r.gflops, 1).c_str(), tg ? "" : num(r.fma_pct, 1).c_str());
     }
     if (a->profile) {
-      std::printf("\n| test | parallel regions / token | us / region | %% of time in regions | threads busy %% of region time |\n");
-      std::printf("|---|---|---|---|---|\n");
+      std::printf("\n| test | parallel regions / token | us / region | %% of time in regions | threads busy %% of region time "
+                  "| caller's wait, us / region | regions the caller slept in %% | worker sleeps / token |\n");
+      std::printf("|---|---|---|---|---|---|---|---|\n");
       for (const auto& r : rows) {
         const double tokens = r.mean * r.seconds;  // tokens over the measured runs
         const PoolProfile& p = r.pool;
-        std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", r.test.c_str(), double(p.regions) / tokens,
-                    p.regions ? 1e6 * p.region_s / double(p.regions) : 0.0, 100.0 * p.region_s / r.seconds,
-                    p.region_s > 0 ? 100.0 * p.busy_s / (p.region_s * threads) : 0.0);
+        const double regions = p.regions ? double(p.regions) : 1.0;
+        std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.test.c_str(), double(p.regions) / tokens,
+                    1e6 * p.region_s / regions, 100.0 * p.region_s / r.seconds,
+                    p.region_s > 0 ? 100.0 * p.busy_s / (p.region_s * threads) : 0.0, 1e6 * p.tail_s / regions,
+                    100.0 * double(p.slept) / regions, double(p.worker_sleeps) / tokens);
       }
     }
     std::printf("\nceilings measured now on %d threads (best of before and after the tests): read %.1f GB/s, FMA %.1f GFLOP/s (%s)\n", threads, bw, fma,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 
 #include "core/cpu_features.h"
@@ -16,25 +17,34 @@ namespace moeflux {
 namespace {
 thread_local bool t_in_pool_task = false;
 constexpr int kSpinIters = 20000;   // workers: ~0.5-1 ms of polling before sleeping
-constexpr int kWaitIters = 256;     // the caller, for the workers' last chunks (~10 us)
 
 inline void cpu_relax() { __builtin_ia32_pause(); }
 
 std::atomic<bool> g_profiling{false};
-std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0};
+std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0}, g_tail_ns{0}, g_slept{0}, g_worker_sleeps{0};
 uint64_t now_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now().time_since_epoch())
                       .count());
 }
+
+int default_spin_us() {
+  const char* e = std::getenv("MOEFLUX_POOL_SPIN_US");
+  return e && *e ? std::clamp(std::atoi(e), 0, 1'000'000) : 50;
+}
+std::atomic<int> g_spin_us{default_spin_us()};
 }  // namespace
+
+void ThreadPool::set_caller_spin_us(int us) { g_spin_us.store(std::max(0, us)); }
+int ThreadPool::caller_spin_us() { return g_spin_us.load(); }
 
 void ThreadPool::set_profiling(bool on) { g_profiling.store(on); }
 PoolProfile ThreadPool::profile() {
-  return PoolProfile{g_regions.load(), double(g_region_ns.load()) * 1e-9, double(g_busy_ns.load()) * 1e-9};
+  return PoolProfile{g_regions.load(), double(g_region_ns.load()) * 1e-9, double(g_busy_ns.load()) * 1e-9,
+                     double(g_tail_ns.load()) * 1e-9, g_slept.load(), g_worker_sleeps.load()};
 }
 void ThreadPool::reset_profile() {
-  g_regions = 0, g_region_ns = 0, g_busy_ns = 0;
+  g_regions = 0, g_region_ns = 0, g_busy_ns = 0, g_tail_ns = 0, g_slept = 0, g_worker_sleeps = 0;
 }
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -84,6 +94,7 @@ void ThreadPool::worker_loop() {
       p = published_.load(std::memory_order_acquire);
     }
     if (p == seen) {
+      if (g_profiling.load(std::memory_order_relaxed)) g_worker_sleeps.fetch_add(1, std::memory_order_relaxed);
       std::unique_lock<std::mutex> lock(mu_);
       start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       p = stop_ ? ~uint64_t(0) : generation_;
@@ -119,17 +130,33 @@ void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
   }
   start_cv_.notify_all();  // no system call when every worker is spinning
   take_chunks();
-  // Spin briefly for the workers' last chunks (a futex wake-up costs ~10 us), then sleep:
-  // a longer spin costs more than it saves when the machine is oversubscribed.
-  for (int i = 0; i < kWaitIters && busy_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
+  const uint64_t t_own = prof ? now_ns() : 0;
+  // Poll for the workers' last chunks, then sleep. A wake-up through the futex costs ~10 us
+  // on bare metal and more in a VM; polling too long costs more than it saves when the
+  // machine is oversubscribed. The clock is read every 64 polls.
+  bool done = busy_.load(std::memory_order_acquire) == 0;
+  if (!done) {
+    const int spin_us = g_spin_us.load(std::memory_order_relaxed);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    for (int i = 1; !done; ++i) {
+      cpu_relax();
+      done = busy_.load(std::memory_order_acquire) == 0;
+      if (!done && i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+    }
+  }
   std::exception_ptr err;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    if (prof && busy_.load(std::memory_order_acquire) != 0) g_slept.fetch_add(1, std::memory_order_relaxed);
     done_cv_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
     err = error_;
     error_ = nullptr;
   }
-  if (prof) g_regions.fetch_add(1, std::memory_order_relaxed), g_region_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  if (prof) {
+    const uint64_t t1 = now_ns();
+    g_regions.fetch_add(1, std::memory_order_relaxed), g_region_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+    g_tail_ns.fetch_add(t1 - t_own, std::memory_order_relaxed);
+  }
   if (err) std::rethrow_exception(err);
 }
 

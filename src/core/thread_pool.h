@@ -19,6 +19,9 @@ struct PoolProfile {
   uint64_t regions = 0;    // parallel_for calls handed to the workers
   double region_s = 0;     // wall time inside them, on the calling thread
   double busy_s = 0;       // time all threads spent running chunks inside them
+  double tail_s = 0;       // the caller, from its last chunk to the region's end
+  uint64_t slept = 0;      // regions whose caller outwaited its spin and slept on the workers
+  uint64_t worker_sleeps = 0;  // times a worker outwaited its spin between jobs and slept
 };
 
 class ThreadPool {
@@ -30,6 +33,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
+
+  // How long the calling thread polls for the workers' last chunks before it sleeps
+  // (default 50 us, or MOEFLUX_POOL_SPIN_US); a sleeping caller pays a wake-up, a polling one
+  // holds its core.
+  static void set_caller_spin_us(int us);
+  static int caller_spin_us();
 
   // Profiling of every pool (off by default: it reads the clock around every chunk).
   static void set_profiling(bool on);

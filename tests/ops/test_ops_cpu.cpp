@@ -1,17 +1,12 @@
 // Optimised CPU ops (ops/cpu/cpu_ops.h) against the reference ops, at every ISA level this
 // machine has (each forced in turn, so AVX2 is tested on AVX-512 machines too): every QWeight
 // format and bit width over ragged shapes, matmul over T tokens, attention, the fused expert,
-// exact fp8 / affine decoding, and the thread pool's contract.
+// and exact fp8 / affine decoding (the thread pool: test_thread_pool.cpp).
 #include <gtest/gtest.h>
 
-#include <cstring>
-
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <stdexcept>
-#include <thread>
+#include <cstring>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -434,6 +429,52 @@ TEST(OpsCpu, BatchedExpertsMatchReference) {
   set_cpu_threads(0);
 }
 
+// Decode's fused experts (one region: gate / up, h prepared by the block that completes it,
+// then down and the weighted combine per block of output rows) equal swiglu_experts followed
+// by combine_weighted bitwise, on 1, 3 and 5 threads at every ISA, and the reference within
+// the dot tolerance; also for mixed layouts (the unfused fallback) and a single expert.
+TEST(OpsCpu, FusedExpertsAndCombineAreBitIdenticalToUnfused) {
+  const int64_t hidden = 512, dim = 576;  // 2.4 MB of gate + up rows; dim not a multiple of the row blocks
+  std::vector<OwnedWeight> g, u, d;
+  for (int i = 0; i < 8; ++i) {
+    g.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(110 + i)));
+    u.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(120 + i)));
+    d.push_back(test::random_affine(dim, hidden, 4, 64, DType::BF16, uint32_t(130 + i)));
+  }
+  const OwnedWeight up8 = test::random_affine(hidden, dim, 8, 64, DType::BF16, 140);
+  const auto x = test::randn(size_t(dim), 141), wts = test::randn(8, 142);
+  struct Case { int n; bool mixed; };
+  for (const Case c : {Case{8, false}, Case{8, true}, Case{1, false}, Case{3, false}}) {
+    std::vector<const QWeight*> gp, up, dp;
+    for (int i = 0; i < c.n; ++i)
+      gp.push_back(&g[size_t(i)].w), up.push_back(c.mixed && i == 2 ? &up8.w : &u[size_t(i)].w), dp.push_back(&d[size_t(i)].w);
+    // The reference: each expert through the reference ops, combined in order.
+    std::vector<float> want(size_t(dim), 0.0f);
+    for (int i = 0; i < c.n; ++i) {
+      const auto y = swiglu_want(g[size_t(i)], c.mixed && i == 2 ? up8 : u[size_t(i)], d[size_t(i)], x.data(), 1);
+      for (int64_t r = 0; r < dim; ++r) want[size_t(r)] += wts[size_t(i)] * y[size_t(r)];
+    }
+    for (int threads : {1, 3, 5}) {
+      set_cpu_threads(threads);
+      for (CpuIsa isa : isas()) {
+        ScopedCpuIsa scoped(isa);
+        std::vector<std::vector<float>> ys(size_t(c.n), std::vector<float>(size_t(dim), NAN));
+        std::vector<float*> op;
+        std::vector<const float*> cp;
+        for (auto& y : ys) op.push_back(y.data()), cp.push_back(y.data());
+        swiglu_experts(c.n, gp.data(), up.data(), dp.data(), x.data(), op.data());
+        std::vector<float> unfused(size_t(dim), NAN), fused(size_t(dim), NAN);
+        combine_weighted(c.n, cp.data(), wts.data(), unfused.data(), 0, dim);
+        swiglu_experts_combined(c.n, gp.data(), up.data(), dp.data(), x.data(), wts.data(), fused.data());
+        EXPECT_EQ(fused, unfused) << "n " << c.n << (c.mixed ? " mixed" : "") << " isa " << cpu_isa_name(isa)
+                                  << " threads " << threads;
+        EXPECT_LE(test::rel_l2(fused, want), kDotTol) << "n " << c.n << " isa " << cpu_isa_name(isa);
+      }
+    }
+  }
+  set_cpu_threads(0);
+}
+
 // T causal queries in one call equal attention_ref of each query over its own context, with and
 // without a sliding window, after a cached prefix.
 TEST(OpsCpu, CausalAttentionMatchesPerQueryReference) {
@@ -548,61 +589,6 @@ TEST(OpsCpu, ThreadCountDoesNotChangeResults) {
   matvec(o.w, x.data(), y4.data());
   set_cpu_threads(0);
   EXPECT_EQ(y1, y4);  // rows are independent: bitwise equal
-}
-
-TEST(ThreadPool, CoversEveryIndexOnce) {
-  for (int threads : {1, 2, 3, 5}) {
-    ThreadPool pool(threads);
-    EXPECT_EQ(pool.size(), threads);
-    for (int64_t n : {0, 1, 7, 1000, 4099})
-      for (int64_t grain : {1, 3, 64, 5000}) {
-        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-        pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
-          EXPECT_LE(e - b, grain);
-          for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
-        });
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << threads << " " << n << " " << grain;
-      }
-  }
-}
-
-TEST(ThreadPool, ExceptionReachesTheCallerAndPoolSurvives) {
-  ThreadPool pool(3);
-  EXPECT_THROW(pool.parallel_for(100, 1, [](int64_t b, int64_t) {
-                 if (b == 57) throw std::runtime_error("chunk 57");
-               }),
-               std::runtime_error);
-  std::atomic<int64_t> sum{0};
-  pool.parallel_for(100, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) sum += i;
-  });
-  EXPECT_EQ(sum.load(), 4950);
-}
-
-// Decode issues thousands of small jobs back to back: workers pick each up without the lock
-// while spinning, and after sleeping (the pause between the two batches outlasts the spin).
-TEST(ThreadPool, BackToBackJobsEachRunOnce) {
-  ThreadPool pool(3);
-  for (int batch = 0; batch < 2; ++batch) {
-    for (int job = 0; job < 500; ++job) {
-      const int64_t n = 1 + job % 17;
-      std::atomic<int64_t> sum{0};
-      pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) sum += i + 1;
-      });
-      ASSERT_EQ(sum.load(), n * (n + 1) / 2) << "job " << job;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-}
-
-TEST(ThreadPool, NestedCallsRunInline) {
-  ThreadPool pool(2);
-  std::atomic<int64_t> count{0};
-  pool.parallel_for(8, 1, [&](int64_t, int64_t) {
-    pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { count += e - b; });
-  });
-  EXPECT_EQ(count.load(), 80);
 }
 
 }  // namespace

@@ -93,6 +93,7 @@ TEST(BenchCli, TableAndJson) {
   const std::string prof = run("bench -m " + kDemo + " -p 8 -n 2 -r 1 --profile 2>/dev/null", &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_NE(prof.find("parallel regions / token"), std::string::npos) << prof;
+  EXPECT_NE(prof.find("regions the caller slept in"), std::string::npos) << prof;
 }
 
 // A child in a pseudo-terminal, read until a pattern shows up.

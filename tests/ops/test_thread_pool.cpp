@@ -1,0 +1,101 @@
+// ThreadPool (core/thread_pool.h): coverage of the index range, exceptions, back-to-back jobs,
+// nesting, and the caller's poll-then-sleep wait with its profile counters.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace moeflux {
+namespace {
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 7, 1000, 4099})
+      for (int64_t grain : {1, 3, 64, 5000}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+          EXPECT_LE(e - b, grain);
+          for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << threads << " " << n << " " << grain;
+      }
+  }
+}
+
+TEST(ThreadPool, ExceptionReachesTheCallerAndPoolSurvives) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.parallel_for(100, 1, [](int64_t b, int64_t) {
+                 if (b == 57) throw std::runtime_error("chunk 57");
+               }),
+               std::runtime_error);
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(100, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) sum += i;
+  });
+  EXPECT_EQ(sum.load(), 4950);
+}
+
+// Decode issues thousands of small jobs back to back: workers pick each up without the lock
+// while spinning, and after sleeping (the pause between the two batches outlasts the spin).
+TEST(ThreadPool, BackToBackJobsEachRunOnce) {
+  ThreadPool pool(3);
+  for (int batch = 0; batch < 2; ++batch) {
+    for (int job = 0; job < 500; ++job) {
+      const int64_t n = 1 + job % 17;
+      std::atomic<int64_t> sum{0};
+      pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) sum += i + 1;
+      });
+      ASSERT_EQ(sum.load(), n * (n + 1) / 2) << "job " << job;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+TEST(ThreadPool, NestedCallsRunInline) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> count{0};
+  pool.parallel_for(8, 1, [&](int64_t, int64_t) {
+    pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { count += e - b; });
+  });
+  EXPECT_EQ(count.load(), 80);
+}
+
+// The caller polls for the workers' last chunks for caller_spin_us(), then sleeps: with no
+// poll it sleeps on slow workers, with a long one it does not; the result is the same.
+TEST(ThreadPool, CallerPollsThenSleepsAndCountsIt) {
+  ThreadPool pool(3);
+  const int saved = ThreadPool::caller_spin_us();
+  const auto caller = std::this_thread::get_id();
+  auto slept_with = [&](int spin_us) {
+    ThreadPool::set_caller_spin_us(spin_us);
+    ThreadPool::reset_profile();
+    ThreadPool::set_profiling(true);
+    std::atomic<int64_t> sum{0};
+    for (int job = 0; job < 3; ++job)
+      pool.parallel_for(3, 1, [&](int64_t b, int64_t e) {
+        if (std::this_thread::get_id() != caller) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        for (int64_t i = b; i < e; ++i) sum += i + 1;
+      });
+    ThreadPool::set_profiling(false);
+    EXPECT_EQ(sum.load(), 3 * 6);
+    const PoolProfile p = ThreadPool::profile();
+    EXPECT_EQ(p.regions, 3u);
+    EXPECT_GT(p.tail_s, 0.0);
+    return p.slept;
+  };
+  EXPECT_GE(slept_with(0), 1u);              // workers sleep 20 ms in their chunks: the caller cannot outwait them
+  EXPECT_EQ(slept_with(10'000'000), 0u);     // 10 s of polling outlasts them
+  ThreadPool::set_caller_spin_us(saved);
+  EXPECT_EQ(ThreadPool::caller_spin_us(), saved);
+}
+
+}  // namespace
+}  // namespace moeflux
