@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "stream16". Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "stream16". Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -36,6 +36,16 @@ for s in ${DEVICE_STEPS:-stream}; do
           case $v in r4) e=(MOEFLUX_MATVEC_ROWS=4); a=() ;; r1) e=(MOEFLUX_MATVEC_ROWS=1); a=() ;; mm) e=(); a=(--mmap) ;; esac  # mm: default rows for the CPU
           echo -n "round$round $v: " | tee -a "$OUT/rows.md"
           timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 "${a[@]}" 2>&1 | grep "tg32 " | tee -a "$OUT/rows.md"
+        done
+      done ;;
+    fused)  # A/B, alternating rounds: fused decode experts (default) vs MOEFLUX_FUSED_EXPERTS=0, and the caller's poll (MOEFLUX_POOL_SPIN_US)
+      p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
+      [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      for round in 1 2 3; do
+        for v in $([ $((round % 2)) = 1 ] && echo "fu50 un50 fu10 fu500" || echo "fu500 fu10 un50 fu50"); do
+          case $v in fu50) e=() ;; un50) e=(MOEFLUX_FUSED_EXPERTS=0) ;; fu10) e=(MOEFLUX_POOL_SPIN_US=10) ;; fu500) e=(MOEFLUX_POOL_SPIN_US=500) ;; esac
+          echo "round$round $v: " | tee -a "$OUT/fused.md"
+          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 --profile 2>&1 | grep -E "^\| (qwen|tg32)|ceilings measured" | tee -a "$OUT/fused.md"
         done
       done ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <span>
 
 #include "core/phase_timer.h"
@@ -39,6 +40,16 @@ SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to) {
   return SwiGlu{rebased(s.gate, from, to), rebased(s.up, from, to), rebased(s.down, from, to)};
 }
 
+// Decode runs experts and combine fused (swiglu_experts_combined) unless MOEFLUX_FUSED_EXPERTS=0
+// (an A/B switch: both give the same bits).
+bool fused_experts() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOEFLUX_FUSED_EXPERTS");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 // Distinct ids of a routing, ascending.
 std::vector<int32_t> distinct(std::vector<int32_t> ids) {
   std::sort(ids.begin(), ids.end());
@@ -49,8 +60,10 @@ std::vector<int32_t> distinct(std::vector<int32_t> ids) {
 }  // namespace
 
 void MoeFfn::route_tokens(const float* x, int64_t T, int32_t* ids, float* weights) const {
+  PhaseTimer pt("route.router");  // inside the caller's phase
   std::vector<float> logits(static_cast<size_t>(T * n_experts));
   matmul(router, x, T, logits.data());
+  pt.next("route.topk");
   for (int64_t t = 0; t < T; ++t)
     route(logits.data() + t * n_experts, ids + t * n_experts_active, weights + t * n_experts_active);
 }
@@ -80,6 +93,18 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   size_t total = 0;
   for (int32_t e : used) at[size_t(e)] = total, total += by_expert[size_t(e)].size() * size_t(dim);
   pt.next("moe.experts");
+  if (!cache && T == 1 && used.size() <= 32 && fused_experts()) {
+    // One token, every expert in memory: experts and combine in one parallel region.
+    std::vector<const QWeight*> g, u, d;
+    std::vector<float> wt;
+    for (int32_t e : used) {
+      const SwiGlu& s = experts[size_t(e)];
+      g.push_back(&s.gate), u.push_back(&s.up), d.push_back(&s.down), wt.push_back(by_expert[size_t(e)][0].second);
+    }
+    swiglu_experts_combined(int(used.size()), g.data(), u.data(), d.data(), x, wt.data(), out);
+    pt.next("moe.combine+shared");
+    return add_shared(x, T, out);
+  }
   std::vector<float> ys(total), xe;
   // Runs experts through one batched op (two parallel regions): one token's, or several
   // tokens' with each expert's tokens gathered.
@@ -161,16 +186,20 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
       }
   }
   for_tokens(T, dim * 4 * (K + 1), [&](int64_t t0, int64_t t1) {
+    std::vector<const float*> yk(static_cast<size_t>(K));
+    std::vector<float> wk(static_cast<size_t>(K));
     for (int64_t t = t0; t < t1; ++t) {
-      float* ot = out + t * dim;
-      std::fill(ot, ot + dim, 0.0f);
       for (int64_t k = 0; k < K; ++k) {
         const Slot& sl = slot[size_t(t * K + k)];
-        const float* ye = ys.data() + sl.off;
-        for (int64_t i = 0; i < dim; ++i) ot[i] += sl.wt * ye[i];
+        yk[size_t(k)] = ys.data() + sl.off, wk[size_t(k)] = sl.wt;
       }
+      combine_weighted(int(K), yk.data(), wk.data(), out + t * dim, 0, dim);
     }
   });
+  add_shared(x, T, out);
+}
+
+void MoeFfn::add_shared(const float* x, int64_t T, float* out) const {
   if (shared.empty()) return;
   std::vector<float> scale(static_cast<size_t>(T), 1.0f);
   if (has_shared_gate) {

@@ -57,6 +57,8 @@ struct MoeFfn : FeedForward {
 
  private:
   void prefetch_next(const float* x, int64_t T) const;
+  // out (T, dim) += the shared experts' outputs (gated by shared_gate where it exists).
+  void add_shared(const float* x, int64_t T, float* out) const;
 };
 
 }  // namespace moeflux

@@ -4,6 +4,7 @@
 #include "ops/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -21,6 +22,13 @@ namespace moeflux {
 namespace {
 constexpr int64_t kParallelMinBytes = 256 << 10;  // weight bytes below which one thread runs
 constexpr int64_t kChunkMinBytes = 32 << 10;      // weight bytes per chunk at least
+constexpr int kMaxFusedExperts = 32;              // swiglu_experts_combined's n at most
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 // Chunks per thread at most: more, smaller chunks shorten the wait for the last one; fewer
 // cost fewer hand-offs. MOEFLUX_CHUNKS_PER_THREAD overrides it (tuning).
 int64_t max_chunks_per_thread() {
@@ -180,6 +188,87 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
   }
   pt.next("experts.down");
   rows_region(k, n, down, pxs.data(), outs);
+}
+
+void combine_weighted(int n, const float* const* ys, const float* w, float* out, int64_t r0, int64_t r1) {
+  std::fill(out + r0, out + r1, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    const float wi = w[i];
+    const float* y = ys[i];
+    for (int64_t r = r0; r < r1; ++r) out[r] += wi * y[r];
+  }
+}
+
+void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                             const float* x, const float* w, float* out) {
+  MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
+  bool uniform = true;
+  for (int i = 0; i < n; ++i) {
+    MF_ASSERT(gate[i]->rows == up[i]->rows && gate[i]->rows == down[i]->cols && gate[i]->cols == up[i]->cols &&
+              down[i]->rows == down[0]->rows);
+    uniform = uniform && same_layout(*gate[0], *gate[i]) && same_layout(*gate[0], *up[i]) &&
+              same_layout(*down[0], *down[i]) && gate[i]->rows == gate[0]->rows;
+  }
+  const int64_t hidden = gate[0]->rows, dim = down[0]->rows;
+  float* ys = cpu::scratch(6, size_t(n * dim));  // expert i's down output at i * dim
+  const float* yp[kMaxFusedExperts];
+  for (int i = 0; i < n; ++i) yp[i] = ys + i * dim;
+  if (!uniform) {
+    for (int i = 0; i < n; ++i) swiglu_expert(*gate[i], *up[i], *down[i], x, ys + i * dim);
+    return combine_weighted(n, yp, w, out, 0, dim);
+  }
+  const cpu::Kernels& k = kernels();
+  float* gu = cpu::scratch(4, size_t(2 * n * hidden));  // expert i: gate at 2i, up at 2i + 1
+  std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n) + 1);
+  cpu::PreparedX& px = pool[size_t(n)];  // x; pool[i] is expert i's h
+  prepare_for(k, *gate[0], x, &px);
+  const int threads = cpu_thread_pool().size();
+  // Gate / up: blocks of rows of one expert, at least 4 per expert so that the last ones, which
+  // the first down blocks wait for, are short. Down: blocks of output rows (a multiple of 16,
+  // for the kernels' row streams) over all experts.
+  const int64_t per_expert = std::max<int64_t>(4, max_chunks_per_thread() * threads / n);
+  const int64_t block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
+  const int64_t blocks = (hidden + block - 1) / block, gu_items = n * blocks;
+  const int64_t dchunks = 4 * max_chunks_per_thread() * threads;  // small: the region ends with them
+  const int64_t dblock = std::max<int64_t>(16, (dim + dchunks - 1) / dchunks + 15) / 16 * 16;
+  const int64_t d_items = (dim + dblock - 1) / dblock;
+  std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
+  for (int i = 0; i < n; ++i) left[i].store(int(blocks), std::memory_order_relaxed);
+  std::atomic<bool> prepared[kMaxFusedExperts];  // expert i's h is prepared (pool[i])
+  for (int i = 0; i < n; ++i) prepared[i].store(false, std::memory_order_relaxed);
+  std::atomic<bool> failed{false};
+  const bool inline_ = 2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes;
+  PhaseTimer pt("experts.fused");  // inside the caller's phase (moe.experts)
+  each_item(gu_items + d_items, inline_, [&](int64_t b) {
+    if (b < gu_items) {
+      try {
+        const int64_t i = b / blocks, r0 = (b % blocks) * block, r1 = std::min(hidden, r0 + block);
+        float *g = gu + 2 * i * hidden, *u = g + hidden;
+        k.matvec_rows(*gate[i], px, g, r0, r1);
+        k.matvec_rows(*up[i], px, u, r0, r1);
+        swiglu_ref(g + r0, u + r0, r1 - r0, g + r0);
+        if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) {  // h_i complete: prepare it here
+          prepare_for(k, *down[i], g, &pool[size_t(i)]);
+          prepared[i].store(true, std::memory_order_release);
+        }
+      } catch (...) {
+        failed.store(true, std::memory_order_release);
+        throw;
+      }
+      return;
+    }
+    // Items are handed out in order, so every gate / up block is running or done by now; the
+    // experts complete roughly in order, and each expert's rows start as soon as its h is ready.
+    const int64_t r0 = (b - gu_items) * dblock, r1 = std::min(dim, r0 + dblock);
+    for (int i = 0; i < n; ++i) {
+      while (!prepared[i].load(std::memory_order_acquire)) {
+        if (failed.load(std::memory_order_acquire)) return;
+        cpu_relax();
+      }
+      k.matvec_rows(*down[i], pool[size_t(i)], ys + i * dim, r0, r1);
+    }
+    combine_weighted(n, yp, w, out, r0, r1);
+  });
 }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {

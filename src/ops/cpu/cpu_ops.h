@@ -39,6 +39,20 @@ void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, 
 void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                     const float* x, float* const* outs);
 
+// out[r] = sum over i = 0..n-1 of w[i] * ys[i][r] for r in [r0, r1), summed from 0 in that
+// order with each product rounded before it is added (a mixture's weighted combine). Every
+// combine of expert outputs goes through this, so that fused and unfused paths agree bitwise.
+void combine_weighted(int n, const float* const* ys, const float* w, float* out, int64_t r0, int64_t r1);
+
+// One token through n experts, combined: out (down[0].rows) = sum_i w[i] * down_i(silu(gate_i x)
+// * (up_i x)), bit-identical to swiglu_experts then combine_weighted. One parallel region: the
+// gate / up blocks come first and the thread that completes an expert prepares its h; then
+// blocks of output rows, each running every expert's down rows and combining them where they
+// were computed (no serial preparation, combine or second hand-off between). Experts of mixed
+// layouts run unfused. PRECOND: 1 <= n <= 32.
+void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                             const float* x, const float* w, float* out);
+
 // Several experts, each over its own tokens (batched prefill): outs[i] (T[i], down[i].rows)
 // = down_i(silu(gate_i x) * (up_i x)) for x = xs[i] (T[i], gate[i].cols). All experts' gate
 // and up rows run in one parallel region and all down rows in a second, in tasks of a few
