@@ -75,9 +75,9 @@ Runner register_chat(CLI::App& app) {
   add_gen_options(sub, *a);
   sub->add_flag("--show-thinking", a->show_thinking, "Show <think> spans (dimmed) instead of hiding them");
   return [a]() {
-    auto model = load_model_cli(a->model, a->stream);
-    Tokenizer tok = Tokenizer::load(a->tokenizer_path());
+    Tokenizer tok = Tokenizer::load(a->tokenizer_path());  // before the model: a missing one fails at once
     auto templates = load_chat_templates(a->tokenizer_path());
+    auto model = load_model_cli(a->model, a->stream);
     GenerateOptions opt = a->options(model_eos_ids(a->model, model->cfg));
     opt.cancel = &g_interrupt;
     ChatSession chat(*model, tok, templates, a->system);

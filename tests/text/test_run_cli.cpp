@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -49,6 +50,15 @@ TEST(RunCli, BadArguments) {
   int rc = 0;
   run("run -m " + kDemo, &rc);  // no prompt
   EXPECT_NE(rc, 0);
+  // A pack without its tokenizer is refused before its weights are loaded.
+  test::TempDir tmp;
+  for (const char* f : {"dense.bin", "experts", "manifest.json", "generation_config.json"})
+    std::filesystem::create_symlink(kDemo + "/" + f, tmp.path() + "/" + f);
+  for (const char* cmd : {"run -p hi", "chat"}) {
+    const std::string out = run(std::string(cmd) + " -m " + tmp.path() + " 2>&1 </dev/null", &rc);
+    EXPECT_EQ(rc, 1) << cmd << "\n" << out;
+    EXPECT_NE(out.find("no tokenizer.json"), std::string::npos) << cmd << "\n" << out;
+  }
 }
 
 TEST(RunCli, SameSeedByteIdenticalAndStats) {
