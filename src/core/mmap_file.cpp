@@ -7,10 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
 
@@ -30,17 +36,45 @@ const uint8_t* read_resident(int fd, const std::string& path, size_t size, size_
   if (raw + kHugePage > start) ::munmap(reinterpret_cast<void*>(start + *alloc), raw + kHugePage - start);
   auto* buf = reinterpret_cast<uint8_t*>(start);
   ::madvise(buf, *alloc, MADV_HUGEPAGE);  // advice only: without THP the copy still works
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, buf + done, std::min<size_t>(size - done, size_t(1) << 30), off_t(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = n < 0 ? errno : 0;
-      ::munmap(buf, *alloc);
-      if (e) fail(path, ": read error at byte ", done, ": ", std::strerror(e));
-      fail(path, ": file ended at byte ", done, " of ", size, " while reading it into memory");
+  // Pieces of 64 MiB taken by up to 8 threads: one pread loop copies ~6 GB/s from the page
+  // cache, short of what the memory (or an NVMe array) gives. The first error wins.
+  const size_t piece = size_t(64) << 20, pieces = (size + piece - 1) / piece;
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::string error;
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < pieces;) {
+      const size_t end = std::min(size, (i + 1) * piece);
+      for (size_t at = i * piece; at < end;) {
+        const ssize_t n = ::pread(fd, buf + at, end - at, off_t(at));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          const std::string msg = n < 0 ? "read error at byte " + std::to_string(at) + ": " + std::strerror(errno)
+                                        : "file ended at byte " + std::to_string(at) + " of " + std::to_string(size) +
+                                              " while reading it into memory";
+          std::lock_guard<std::mutex> lock(mu);
+          if (error.empty()) error = msg;
+          next.store(pieces);  // the others stop taking pieces
+          return;
+        }
+        at += size_t(n);
+      }
     }
-    done += size_t(n);
+  };
+  const size_t n_threads = std::min<size_t>({pieces, 8, std::max(1u, std::thread::hardware_concurrency())});
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < n_threads; ++t) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // fewer threads: the rest of the pieces are read by those running
+    }
+  }
+  work();
+  for (auto& t : threads) t.join();
+  if (!error.empty()) {
+    ::munmap(buf, *alloc);
+    fail(path, ": ", error);
   }
   ::mprotect(buf, *alloc, PROT_READ);
   return buf;

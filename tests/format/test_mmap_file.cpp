@@ -1,7 +1,8 @@
 // MmapFile: mapped and resident (copied) files hold the same bytes; a resident copy keeps its
-// data through drop_pages; empty and missing files.
+// data through drop_pages, also when read in several pieces; empty and missing files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -39,6 +40,17 @@ TEST(MmapFile, ResidentCopyHoldsTheFileBytes) {
   mapped.drop_pages(mapped.data(), n);
   EXPECT_EQ(std::vector<uint8_t>(res.data(), res.data() + n), want);
   EXPECT_EQ(std::vector<uint8_t>(mapped.data(), mapped.data() + n), want);
+}
+
+// Files over 64 MiB are read in pieces by several threads: every piece lands in its place.
+TEST(MmapFile, ResidentCopyOfSeveralPieces) {
+  test::TempDir dir;
+  const std::string path = dir.file("big.bin");
+  const size_t n = (size_t(129) << 20) + 4097;  // 3 pieces, the last one short
+  const auto want = write_bytes(path, n);
+  MmapFile res(path, MapMode::Resident);
+  ASSERT_EQ(res.size(), n);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), res.data()));
 }
 
 TEST(MmapFile, EmptyAndMissingFiles) {
