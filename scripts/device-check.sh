@@ -38,14 +38,14 @@ for s in ${DEVICE_STEPS:-stream}; do
           timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 "${a[@]}" 2>&1 | grep "tg32 " | tee -a "$OUT/rows.md"
         done
       done ;;
-    fused)  # A/B, alternating rounds: fused decode experts (default) vs MOEFLUX_FUSED_EXPERTS=0, and the caller's poll (MOEFLUX_POOL_SPIN_US)
+    fused)  # 2x2 A/B, alternating rounds: fused decode experts (default) or MOEFLUX_FUSED_EXPERTS=0, caller's poll 500 us (default) or 50
       p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
       [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
       for round in 1 2 3; do
-        for v in $([ $((round % 2)) = 1 ] && echo "fu50 un50 fu10 fu500" || echo "fu500 fu10 un50 fu50"); do
-          case $v in fu50) e=() ;; un50) e=(MOEFLUX_FUSED_EXPERTS=0) ;; fu10) e=(MOEFLUX_POOL_SPIN_US=10) ;; fu500) e=(MOEFLUX_POOL_SPIN_US=500) ;; esac
+        for v in $([ $((round % 2)) = 1 ] && echo "fu un fu50 un50" || echo "un50 fu50 un fu"); do
+          case $v in fu) e=() ;; un) e=(MOEFLUX_FUSED_EXPERTS=0) ;; fu50) e=(MOEFLUX_POOL_SPIN_US=50) ;; un50) e=(MOEFLUX_FUSED_EXPERTS=0 MOEFLUX_POOL_SPIN_US=50) ;; esac
           echo "round$round $v: " | tee -a "$OUT/fused.md"
-          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 --profile 2>&1 | grep -E "^\| (qwen|tg32)|ceilings measured" | tee -a "$OUT/fused.md"
+          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 --profile 2>&1 | grep -E "^\\| (qwen|tg32)|ceilings measured" | tee -a "$OUT/fused.md"
         done
       done ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack

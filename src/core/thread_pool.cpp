@@ -30,7 +30,7 @@ uint64_t now_ns() {
 
 int default_spin_us() {
   const char* e = std::getenv("MOEFLUX_POOL_SPIN_US");
-  return e && *e ? std::clamp(std::atoi(e), 0, 1'000'000) : 50;
+  return e && *e ? std::clamp(std::atoi(e), 0, 1'000'000) : 500;
 }
 std::atomic<int> g_spin_us{default_spin_us()};
 }  // namespace

@@ -35,8 +35,8 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }
 
   // How long the calling thread polls for the workers' last chunks before it sleeps
-  // (default 50 us, or MOEFLUX_POOL_SPIN_US); a sleeping caller pays a wake-up, a polling one
-  // holds its core.
+  // (default 500 us, or MOEFLUX_POOL_SPIN_US; the workers poll ~1 ms between jobs). A sleeping
+  // caller pays a wake-up (tens of us in a VM); a polling one holds its core.
   static void set_caller_spin_us(int us);
   static int caller_spin_us();
 
