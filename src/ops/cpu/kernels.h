@@ -88,6 +88,19 @@ const Kernels& kernels_avx512_vnni();
 // Floats of scratch decode_row needs for each of sb and bb.
 inline size_t decode_params_size(const QWeight& w) { return size_t(w.cols / std::max<int64_t>(1, w.group_size) + 32); }
 
+// Prefetches the scales and biases of affine rows r .. r + n - 1 (addresses only: a row past
+// the end is harmless). The AVX-512 matvec calls it for the rows kParamsAhead ahead: the short
+// per-row runs of those two arrays are not fetched in time by the hardware prefetchers (the
+// AVX2 kernel, compute-bound on the dev VM, did not gain: 42.7 / 43.3 vs 43.0 / 47.1 t/s).
+constexpr int64_t kParamsAhead = 16;
+inline void prefetch_row_params(const QWeight& w, int64_t r, int64_t n, size_t row_bytes) {
+  const uintptr_t at = uintptr_t(r) * row_bytes, end = at + uintptr_t(n) * row_bytes;
+  for (uintptr_t off = at; off < end; off += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w.scales) + off), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w.biases) + off), 0, 3);
+  }
+}
+
 // Scratch that lives per thread and only grows (row buffers, per-row scales).
 float* scratch(int slot, size_t n);
 

@@ -174,8 +174,6 @@ inline __m512 code_shifted(__m512i v) {
 // slice (padded with zeros for the permute), the bias terms sum_g bias_g * gsum_g are
 // accumulated, then the codes are dotted chunk by chunk, each chunk's sum scaled by its
 // lanes' group scales. The arithmetic of each row is the same for every R.
-constexpr int64_t kParamsAhead = 16;  // rows
-
 template <int BITS, DType S, int R>
 void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, float* sb,
                        __m512i lg) {
@@ -185,14 +183,8 @@ void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t 
   const float *xs = px.xs.data(), *gsum = px.gsum.data();
   __m512 acc[R];
   const uint32_t* q[R];
-  // The scales and biases of the rows 16 ahead: their short per-row runs in two other arrays
-  // are not prefetched by the hardware in time (+5-11% decode on the dev VM, +12% one-thread
-  // attn_q in bench_ops). A prefetch past the end of the arrays is harmless.
-  const uintptr_t ahead = uintptr_t((r + kParamsAhead) * sbytes);  // addresses only: no pointer past the end
-  for (int64_t off = 0; off < R * sbytes; off += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w.scales) + ahead + uintptr_t(off)), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w.biases) + ahead + uintptr_t(off)), _MM_HINT_T0);
-  }
+  // +5-11% decode on the dev VM, +12% one-thread attn_q in bench_ops (kernels.h).
+  prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     const uint8_t *sp = w.scales + (r + i) * sbytes, *bp = w.biases + (r + i) * sbytes;
