@@ -4,6 +4,7 @@
 // without prefetch, buffered and direct I/O, pread and io_uring readers.
 #include <gtest/gtest.h>
 
+#include "core/thread_pool.h"
 #include "format/pack_store.h"
 #include "stream/expert_cache.h"
 #include "stream/streaming.h"
@@ -126,6 +127,30 @@ TEST(StreamIdentityLong, SmallCacheWithPrefetch) {
     EXPECT_EQ(got.greedy, ref.greedy);
     EXPECT_GT(m->expert_cache->stats().evictions, 0u);
   }
+}
+
+// On 8 threads or more decode runs its experts fused (one region, combine per row block),
+// while the expert cache's windows run them unfused: still the same bits, with shared experts
+// (deepseek_v3) and a gated shared expert (qwen3_next).
+TEST(StreamIdentityLong, FusedDecodeExpertsMatchTheCachePath) {
+  set_cpu_threads(8);
+  for (const char* f : {"qwen3_moe/q4", "qwen3_next/q4", "deepseek_v3/q4"}) {
+    SCOPED_TRACE(f);
+    const std::string pack = test::fixture_pack(f);
+    const auto ids = test::load_golden(test::fixture_dir(f) + "/golden.safetensors").i32.at("input_ids");
+    auto mapped = load_model(pack);
+    Session a(*mapped);
+    const test::RunResult fused = test::run_ids(a, ids, 8);
+    StreamOptions o;
+    o.budget = "100%";
+    auto m = load_model(pack, o);
+    ASSERT_TRUE(m->expert_cache);
+    Session b(*m);
+    const test::RunResult cached = test::run_ids(b, ids, 8);
+    EXPECT_EQ(test::first_difference(fused.logits, cached.logits), -1);
+    EXPECT_EQ(fused.greedy, cached.greedy);
+  }
+  set_cpu_threads(0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/phase_timer.h"
+#include "core/thread_pool.h"
 #include "ops/cpu/cpu_ops.h"
 #include "stream/expert_cache.h"
 #include "ops/ref/ref.h"
@@ -40,14 +41,17 @@ SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to) {
   return SwiGlu{rebased(s.gate, from, to), rebased(s.up, from, to), rebased(s.down, from, to)};
 }
 
-// Decode runs experts and combine fused (swiglu_experts_combined) unless MOEFLUX_FUSED_EXPERTS=0
-// (an A/B switch: both give the same bits).
+// Decode runs experts and combine fused (swiglu_experts_combined) on 8 threads or more:
+// measured +9% on the 16-thread Xeon, -10-20% on the 2-thread dev VM, where region hand-offs
+// are cheap and the fused down blocks' short runs stream worse (docs/benchmarks.md, sixth
+// pass; the cut at 8 lies between the two machines). MOEFLUX_FUSED_EXPERTS=0 / 1 forces it;
+// both give the same bits.
 bool fused_experts() {
-  static const bool on = [] {
+  static const int forced = [] {
     const char* e = std::getenv("MOEFLUX_FUSED_EXPERTS");
-    return !(e && std::string(e) == "0");
+    return e && *e ? (std::string(e) == "0" ? 0 : 1) : -1;
   }();
-  return on;
+  return forced >= 0 ? forced == 1 : cpu_threads() >= 8;
 }
 
 // Distinct ids of a routing, ascending.

@@ -224,13 +224,13 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
   prepare_for(k, *gate[0], x, &px);
   const int threads = cpu_thread_pool().size();
   // Gate / up: blocks of rows of one expert, at least 4 per expert so that the last ones, which
-  // the first down blocks wait for, are short. Down: blocks of output rows (a multiple of 16,
-  // for the kernels' row streams) over all experts.
+  // the first down blocks wait for, are short. Down: blocks of output rows over all experts
+  // (at least 64 rows: each is n runs of contiguous rows), each added up where it was computed.
   const int64_t per_expert = std::max<int64_t>(4, max_chunks_per_thread() * threads / n);
   const int64_t block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
   const int64_t blocks = (hidden + block - 1) / block, gu_items = n * blocks;
   const int64_t dchunks = 4 * max_chunks_per_thread() * threads;  // small: the region ends with them
-  const int64_t dblock = std::max<int64_t>(16, (dim + dchunks - 1) / dchunks + 15) / 16 * 16;
+  const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
   const int64_t d_items = (dim + dblock - 1) / dblock;
   std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
   for (int i = 0; i < n; ++i) left[i].store(int(blocks), std::memory_order_relaxed);
