@@ -110,21 +110,31 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, StreamIdentity,
                          });
 
 // The long golden (160 tokens), one streaming configuration per architecture: still identical.
+// Fixture f's ids (from golden_file) through the mapped pack and through an expert cache of
+// `budget`, n greedy tokens each: the same bits. Returns the cached model, for its statistics.
+std::unique_ptr<Model> expect_cache_matches_mapped(const char* f, const char* golden_file, const std::string& budget,
+                                                   int n) {
+  const std::string pack = test::fixture_pack(f);
+  const auto ids = test::load_golden(test::fixture_dir(f) + "/" + golden_file).i32.at("input_ids");
+  auto mapped = load_model(pack);
+  Session a(*mapped);
+  const test::RunResult ref = test::run_ids(a, ids, n);
+  StreamOptions o;
+  o.budget = budget;
+  auto m = load_model(pack, o);
+  EXPECT_TRUE(m->expert_cache);
+  Session b(*m);
+  const test::RunResult got = test::run_ids(b, ids, n);
+  EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
+  EXPECT_EQ(got.greedy, ref.greedy);
+  return m;
+}
+
 TEST(StreamIdentityLong, SmallCacheWithPrefetch) {
   for (const char* f : {"qwen3_moe/q4", "qwen3_next/q4", "deepseek_v3/fp8"}) {
     SCOPED_TRACE(f);
-    const std::string pack = test::fixture_pack(f);
-    const auto ids = test::load_golden(test::fixture_dir(f) + "/golden_long.safetensors").i32.at("input_ids");
-    auto mapped = load_model(pack);
-    Session a(*mapped);
-    const test::RunResult ref = test::run_ids(a, ids, 12);
-    StreamOptions o;
-    o.budget = "25%";
-    auto m = load_model(pack, o);
-    Session b(*m);
-    const test::RunResult got = test::run_ids(b, ids, 12);
-    EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
-    EXPECT_EQ(got.greedy, ref.greedy);
+    const auto m = expect_cache_matches_mapped(f, "golden_long.safetensors", "25%", 12);
+    ASSERT_TRUE(m->expert_cache);
     EXPECT_GT(m->expert_cache->stats().evictions, 0u);
   }
 }
@@ -136,19 +146,7 @@ TEST(StreamIdentityLong, FusedDecodeExpertsMatchTheCachePath) {
   set_cpu_threads(8);
   for (const char* f : {"qwen3_moe/q4", "qwen3_next/q4", "deepseek_v3/q4"}) {
     SCOPED_TRACE(f);
-    const std::string pack = test::fixture_pack(f);
-    const auto ids = test::load_golden(test::fixture_dir(f) + "/golden.safetensors").i32.at("input_ids");
-    auto mapped = load_model(pack);
-    Session a(*mapped);
-    const test::RunResult fused = test::run_ids(a, ids, 8);
-    StreamOptions o;
-    o.budget = "100%";
-    auto m = load_model(pack, o);
-    ASSERT_TRUE(m->expert_cache);
-    Session b(*m);
-    const test::RunResult cached = test::run_ids(b, ids, 8);
-    EXPECT_EQ(test::first_difference(fused.logits, cached.logits), -1);
-    EXPECT_EQ(fused.greedy, cached.greedy);
+    expect_cache_matches_mapped(f, "golden.safetensors", "100%", 8);
   }
   set_cpu_threads(0);
 }
