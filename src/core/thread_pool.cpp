@@ -18,8 +18,6 @@ namespace {
 thread_local bool t_in_pool_task = false;
 constexpr int kSpinIters = 20000;   // workers: ~0.5-1 ms of polling before sleeping
 
-inline void cpu_relax() { __builtin_ia32_pause(); }
-
 std::atomic<bool> g_profiling{false};
 std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0}, g_tail_ns{0}, g_slept{0}, g_worker_sleeps{0};
 uint64_t now_ns() {

@@ -76,6 +76,14 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
+// One step of a spin-wait: tells the CPU this is a polling loop (x86 PAUSE), so that a
+// sibling hyperthread runs meanwhile.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // The pool the CPU ops use; created on first use with cpu_threads() threads.
 ThreadPool& cpu_thread_pool();
 int cpu_threads();

@@ -97,7 +97,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   size_t total = 0;
   for (int32_t e : used) at[size_t(e)] = total, total += by_expert[size_t(e)].size() * size_t(dim);
   pt.next("moe.experts");
-  if (!cache && T == 1 && used.size() <= 32 && fused_experts()) {
+  if (!cache && T == 1 && used.size() <= size_t(kMaxFusedExperts) && fused_experts()) {
     // One token, every expert in memory: experts and combine in one parallel region.
     std::vector<const QWeight*> g, u, d;
     std::vector<float> wt;

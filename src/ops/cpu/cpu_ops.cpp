@@ -22,13 +22,6 @@ namespace moeflux {
 namespace {
 constexpr int64_t kParallelMinBytes = 256 << 10;  // weight bytes below which one thread runs
 constexpr int64_t kChunkMinBytes = 32 << 10;      // weight bytes per chunk at least
-constexpr int kMaxFusedExperts = 32;              // swiglu_experts_combined's n at most
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 // Chunks per thread at most: more, smaller chunks shorten the wait for the last one; fewer
 // cost fewer hand-offs. MOEFLUX_CHUNKS_PER_THREAD overrides it (tuning).
 int64_t max_chunks_per_thread() {
@@ -146,44 +139,66 @@ void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const*
   rows_region(k, n, ws, pxs, ys);
 }
 
-void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
-                    const float* x, float* const* outs) {
-  MF_ASSERT(n >= 1);
+namespace {
+// Whether n experts can share regions: every gate and up in one layout and shape, every down
+// in one. Asserts that each expert's own shapes agree.
+bool uniform_experts(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down) {
   bool uniform = true;
   for (int i = 0; i < n; ++i) {
     MF_ASSERT(gate[i]->rows == up[i]->rows && gate[i]->rows == down[i]->cols && gate[i]->cols == up[i]->cols);
     uniform = uniform && same_layout(*gate[0], *gate[i]) && same_layout(*gate[0], *up[i]) &&
               same_layout(*down[0], *down[i]) && gate[i]->rows == gate[0]->rows && down[i]->rows == down[0]->rows;
   }
-  if (!uniform) {
-    for (int i = 0; i < n; ++i) swiglu_expert(*gate[i], *up[i], *down[i], x, outs[i]);
-    return;
+  return uniform;
+}
+
+// One token's gate / up rows of n uniform experts as items: item b is a block of rows of
+// expert b / blocks (at least min_per_expert blocks of >= 16 rows each), its gate and up rows
+// into gu (expert i: gate at 2i, up at 2i + 1), then h = silu(gate) * up in place of gate, so
+// that no serial pass over the experts follows.
+struct GateUpItems {
+  const QWeight *const *gate, *const *up;
+  int64_t hidden, block, blocks;
+  GateUpItems(int n, const QWeight* const* g, const QWeight* const* u, int64_t min_per_expert)
+      : gate(g), up(u), hidden(g[0]->rows) {
+    const int64_t per_expert = std::max<int64_t>(min_per_expert, max_chunks_per_thread() * cpu_thread_pool().size() / n);
+    block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
+    blocks = (hidden + block - 1) / block;
   }
-  const cpu::Kernels& k = kernels();
-  const int64_t hidden = gate[0]->rows;
-  float* gu = cpu::scratch(4, size_t(2 * n * hidden));  // expert i: gate at 2i, up at 2i + 1
-  std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n));
-  prepare_for(k, *gate[0], x, &pool[0]);
-  // Region 1: blocks of rows of one expert, its gate and up rows, then h = silu(gate) * up on
-  // the block (in place of gate), so that no serial pass over the experts follows.
-  const int threads = cpu_thread_pool().size();
-  const int64_t per_expert = std::max<int64_t>(1, max_chunks_per_thread() * threads / n);
-  const int64_t block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
-  const int64_t blocks = (hidden + block - 1) / block;
-  const cpu::PreparedX& px = pool[0];
-  PhaseTimer pt("experts.gate_up");  // inside the caller's phase (moe.experts)
-  each_item(n * blocks, 2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes, [&](int64_t b) {
+  // Runs item b; returns its expert.
+  int64_t run(const cpu::Kernels& k, int64_t b, const cpu::PreparedX& px, float* gu) const {
     const int64_t i = b / blocks, r0 = (b % blocks) * block, r1 = std::min(hidden, r0 + block);
     float *g = gu + 2 * i * hidden, *u = g + hidden;
     k.matvec_rows(*gate[i], px, g, r0, r1);
     k.matvec_rows(*up[i], px, u, r0, r1);
     swiglu_ref(g + r0, u + r0, r1 - r0, g + r0);
-  });
-  // Region 2: all down rows, each expert against its own prepared h.
+    return i;
+  }
+  // Below this the items run on the calling thread.
+  bool small(int n) const { return 2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes; }
+};
+}  // namespace
+
+void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                    const float* x, float* const* outs) {
+  MF_ASSERT(n >= 1);
+  if (!uniform_experts(n, gate, up, down)) {
+    for (int i = 0; i < n; ++i) swiglu_expert(*gate[i], *up[i], *down[i], x, outs[i]);
+    return;
+  }
+  const cpu::Kernels& k = kernels();
+  const GateUpItems items(n, gate, up, 1);
+  float* gu = cpu::scratch(4, size_t(2 * n * items.hidden));
+  std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n));
+  prepare_for(k, *gate[0], x, &pool[0]);
+  const cpu::PreparedX& px = pool[0];
+  // Region 1: the gate / up items. Region 2: all down rows, each expert against its own h.
+  PhaseTimer pt("experts.gate_up");  // inside the caller's phase (moe.experts)
+  each_item(n * items.blocks, items.small(n), [&](int64_t b) { items.run(k, b, px, gu); });
   pt.next("experts.prepare_down");
   std::vector<const cpu::PreparedX*> pxs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    prepare_for(k, *down[i], gu + 2 * i * hidden, &pool[size_t(i)]);
+    prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
     pxs[size_t(i)] = &pool[size_t(i)];
   }
   pt.next("experts.down");
@@ -202,53 +217,40 @@ void combine_weighted(int n, const float* const* ys, const float* w, float* out,
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                              const float* x, const float* w, float* out) {
   MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
-  bool uniform = true;
-  for (int i = 0; i < n; ++i) {
-    MF_ASSERT(gate[i]->rows == up[i]->rows && gate[i]->rows == down[i]->cols && gate[i]->cols == up[i]->cols &&
-              down[i]->rows == down[0]->rows);
-    uniform = uniform && same_layout(*gate[0], *gate[i]) && same_layout(*gate[0], *up[i]) &&
-              same_layout(*down[0], *down[i]) && gate[i]->rows == gate[0]->rows;
-  }
-  const int64_t hidden = gate[0]->rows, dim = down[0]->rows;
+  for (int i = 0; i < n; ++i) MF_ASSERT(down[i]->rows == down[0]->rows);
+  const int64_t dim = down[0]->rows;
   float* ys = cpu::scratch(6, size_t(n * dim));  // expert i's down output at i * dim
   const float* yp[kMaxFusedExperts];
   for (int i = 0; i < n; ++i) yp[i] = ys + i * dim;
-  if (!uniform) {
+  if (!uniform_experts(n, gate, up, down)) {
     for (int i = 0; i < n; ++i) swiglu_expert(*gate[i], *up[i], *down[i], x, ys + i * dim);
     return combine_weighted(n, yp, w, out, 0, dim);
   }
   const cpu::Kernels& k = kernels();
-  float* gu = cpu::scratch(4, size_t(2 * n * hidden));  // expert i: gate at 2i, up at 2i + 1
+  // Gate / up items, at least 4 per expert so that the last ones, which the first down blocks
+  // wait for, are short. Down: blocks of output rows over all experts (at least 64 rows: each
+  // is n runs of contiguous rows), each added up where it was computed.
+  const GateUpItems items(n, gate, up, 4);
+  float* gu = cpu::scratch(4, size_t(2 * n * items.hidden));
   std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n) + 1);
   cpu::PreparedX& px = pool[size_t(n)];  // x; pool[i] is expert i's h
   prepare_for(k, *gate[0], x, &px);
-  const int threads = cpu_thread_pool().size();
-  // Gate / up: blocks of rows of one expert, at least 4 per expert so that the last ones, which
-  // the first down blocks wait for, are short. Down: blocks of output rows over all experts
-  // (at least 64 rows: each is n runs of contiguous rows), each added up where it was computed.
-  const int64_t per_expert = std::max<int64_t>(4, max_chunks_per_thread() * threads / n);
-  const int64_t block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
-  const int64_t blocks = (hidden + block - 1) / block, gu_items = n * blocks;
-  const int64_t dchunks = 4 * max_chunks_per_thread() * threads;  // small: the region ends with them
+  const int64_t gu_items = n * items.blocks;
+  const int64_t dchunks = 4 * max_chunks_per_thread() * cpu_thread_pool().size();  // small: the region ends with them
   const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
   const int64_t d_items = (dim + dblock - 1) / dblock;
   std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
-  for (int i = 0; i < n; ++i) left[i].store(int(blocks), std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) left[i].store(int(items.blocks), std::memory_order_relaxed);
   std::atomic<bool> prepared[kMaxFusedExperts];  // expert i's h is prepared (pool[i])
   for (int i = 0; i < n; ++i) prepared[i].store(false, std::memory_order_relaxed);
   std::atomic<bool> failed{false};
-  const bool inline_ = 2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes;
   PhaseTimer pt("experts.fused");  // inside the caller's phase (moe.experts)
-  each_item(gu_items + d_items, inline_, [&](int64_t b) {
+  each_item(gu_items + d_items, items.small(n), [&](int64_t b) {
     if (b < gu_items) {
       try {
-        const int64_t i = b / blocks, r0 = (b % blocks) * block, r1 = std::min(hidden, r0 + block);
-        float *g = gu + 2 * i * hidden, *u = g + hidden;
-        k.matvec_rows(*gate[i], px, g, r0, r1);
-        k.matvec_rows(*up[i], px, u, r0, r1);
-        swiglu_ref(g + r0, u + r0, r1 - r0, g + r0);
+        const int64_t i = items.run(k, b, px, gu);
         if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) {  // h_i complete: prepare it here
-          prepare_for(k, *down[i], g, &pool[size_t(i)]);
+          prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
           prepared[i].store(true, std::memory_order_release);
         }
       } catch (...) {

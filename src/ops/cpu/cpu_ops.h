@@ -44,12 +44,14 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
 // combine of expert outputs goes through this, so that fused and unfused paths agree bitwise.
 void combine_weighted(int n, const float* const* ys, const float* w, float* out, int64_t r0, int64_t r1);
 
+constexpr int kMaxFusedExperts = 32;  // swiglu_experts_combined's n at most
+
 // One token through n experts, combined: out (down[0].rows) = sum_i w[i] * down_i(silu(gate_i x)
 // * (up_i x)), bit-identical to swiglu_experts then combine_weighted. One parallel region: the
 // gate / up blocks come first and the thread that completes an expert prepares its h; then
 // blocks of output rows, each running every expert's down rows and adding them up where they
 // were computed (no serial preparation, combine or second hand-off between). Experts of mixed
-// layouts run unfused. PRECOND: 1 <= n <= 32.
+// layouts run unfused. PRECOND: 1 <= n <= kMaxFusedExperts.
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                              const float* x, const float* w, float* out);
 
