@@ -178,7 +178,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   struct Shape { int64_t rows, cols; const char* what; };
   const Shape shapes[] = {{768, 2048, "expert_gate_up"}, {2048, 768, "expert_down"},
                           {4096, 2048, "attn_q"}, {2048, 4096, "attn_o"}};
-  const CpuIsa isas_q[] = {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni};  // + int16 x
+  const CpuIsa isas_q[] = {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni};  // + x in int8 digits
   for (const Shape& s : shapes) {
     const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1));
     for (CpuIsa isa : isas_q)
@@ -207,9 +207,9 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   };
   for (const Fmt& f : fmts) {
     const WeightSet* ws = add_set(f.make());
-    const bool int16_x = f.name[0] == 'q' && (f.name[1] == '4' || f.name[1] == '8');
+    const bool digit_x = f.name[0] == 'q' && (f.name[1] == '4' || f.name[1] == '8');
     for (CpuIsa isa : isas_q) {
-      if (isa == CpuIsa::Avx512Vnni && !int16_x) continue;
+      if (isa == CpuIsa::Avx512Vnni && !digit_x) continue;
       for (int t : thread_counts)
         benchmark::RegisterBenchmark((std::string("Matvec/") + f.name + "/attn_q/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
                                      bm_matvec, ws, isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);

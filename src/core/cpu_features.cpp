@@ -65,7 +65,7 @@ CpuIsa cpu_isa_detected() {
   return isa;
 }
 
-CpuIsa cpu_isa_default() { return std::min(cpu_isa_detected(), CpuIsa::Avx512); }
+CpuIsa cpu_isa_default() { return cpu_isa_detected(); }
 
 CpuIsa cpu_isa() { return active().load(std::memory_order_relaxed); }
 

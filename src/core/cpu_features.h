@@ -13,15 +13,16 @@ enum class CpuIsa : uint8_t {
   Scalar,  // the reference loops
   Avx2,    // AVX2 + FMA + F16C
   Avx512,  // AVX-512 F/BW/VL/DQ (+ the AVX2 set)
-  // + AVX512-VNNI: affine 4/8-bit matvec as integer dots, x split per 32 values into two
-  // int16 parts (error ~2^-32 of the block's largest |x|, below f32 rounding; the fixture
-  // suites pass with it). Opt-in (set_cpu_isa / MOEFLUX_CPU_ISA=avx512vnni) because on the
-  // machines measured so far it is no faster than the AVX-512 float kernels (docs/benchmarks.md).
+  // + AVX512-VNNI: affine 4/8-bit matvec as integer dots, x per quantisation group in three
+  // int8 digits (about 2^-23 of the group's largest |x| for 4-bit codes, 2^-21 for 8-bit; f32
+  // rounding level: the fixture suites pass with it). The default where the CPU has it: about
+  // half the vector work per code byte (docs/benchmarks.md, seventh pass); MOEFLUX_CPU_ISA=
+  // avx512 keeps every dot in f32.
   Avx512Vnni,
 };
 
 CpuIsa cpu_isa_detected();  // the best level this CPU (and OS) supports
-CpuIsa cpu_isa_default();   // the best exact-float level: detected, capped at Avx512
+CpuIsa cpu_isa_default();   // the best level this CPU supports (cpu_isa_detected())
 CpuIsa cpu_isa();           // the level in use now (default: cpu_isa_default(), or $MOEFLUX_CPU_ISA)
 // Selects the level for the CPU ops. Raises Error when the CPU lacks it.
 void set_cpu_isa(CpuIsa isa);

@@ -32,6 +32,10 @@ inline void for_each_interleaved(int64_t cols, int64_t P, int64_t lanes, F&& fn)
 }
 
 // x (T, cols) prepared for one weight and one ISA; read-only while rows run in parallel.
+// The integer path's largest |q| for codes of `bits`: three balanced base-256 int8 digits hold
+// about 24 bits; 8-bit codes keep 22, so that 4 codes < 256 times q stay inside int32.
+constexpr int32_t digit_qmax(int bits) { return bits == 4 ? 127 << 16 : (1 << 21) - 1; }
+
 struct PreparedX {
   int64_t T = 0, cols = 0;
   bool interleaved = false;  // affine fast path: xs holds lane-interleaved x
@@ -41,11 +45,11 @@ struct PreparedX {
   int64_t gstride = 0;       // floats per token in gsum (n_groups padded by >= 16 zeros)
   AlignedVector<float> xs;   // (T, stride)
   AlignedVector<float> gsum; // (T, gstride): sum of x over each quantisation group
-  // int16 path (CpuIsa::Avx512Vnni, T == 1): x split per block of 32 into xq + xr / 65534,
-  // both int16 in the word order of the codes (kernels_avx512_vnni.cpp); dx the per-block
-  // scales (padded with 16 zeros).
-  bool q16 = false;
-  AlignedVector<int16_t> xq, xr;
+  // Integer path (CpuIsa::Avx512Vnni, T == 1): x per quantisation group as q = round(x / dx)
+  // (|q| <= digit_qmax(bits)) in three int8 digits, laid out per 64-byte chunk of codes
+  // (kernels_avx512_vnni.cpp); dx the per-group steps (padded with >= 16 zeros).
+  bool digits = false;
+  AlignedVector<int8_t> xd;
   AlignedVector<float> dx;
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
 };

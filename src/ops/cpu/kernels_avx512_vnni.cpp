@@ -1,16 +1,20 @@
 // AVX-512 VNNI kernels (CpuIsa::Avx512Vnni): affine 4- and 8-bit matvec as integer dots
-// (vpdpwssd: codes as int16 times int16 x). x is split per block of 32 values into two int16
-// parts, x_c = dx_b * (xh_c + xl_c / 65534) with dx_b = max|x_b| / 32767, xh_c = round(x_c / dx_b)
-// and xl_c the rounded remainder, so |x_c - its split| <= dx_b / 131068: about 2^-32 of the
-// block's largest value, below f32 rounding. The two integer dots share the code extraction;
-// the bias term uses exact float sums of x. Other formats, group sizes and matmul use the
-// AVX-512 float kernels. Tested in tests/ops/test_ops_cpu.cpp against that bound.
+// (vpdpbusd: unsigned code bytes times signed int8 x). x is quantised per quantisation group g
+// to q_c = round(x_c / dx_g), dx_g = max|x_g| / Q with Q = digit_qmax(bits) (127 * 2^16 for
+// 4-bit codes, 2^21 - 1 for 8-bit), and q is split into three balanced base-256 digits,
+// q = d2 * 2^16 + d1 * 2^8 + d0, each in [-128, 127]. A row's integer sums are exact, so the one
+// approximation is x's: |x_c - q_c dx_g| <= 0.75 dx_g, about 2^-23 (4-bit) or 2^-21 (8-bit) of
+// the group's largest |x| (f32 keeps 2^-24 of each value). About half the vector work of the
+// float kernel per code byte (docs/benchmarks.md, seventh pass). The bias term uses exact float sums of x.
+// Other formats, group sizes and matmul use the AVX-512 float kernels. Tested in
+// tests/ops/test_ops_cpu.cpp against that bound.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
-#include <vector>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
@@ -29,175 +33,200 @@ namespace {
 constexpr int L = 16;
 #include "ops/cpu/avx512_util.h"
 
-constexpr int kBlock = 32;  // x values per scale
-constexpr float kLo = 65534.0f;  // xl units per xh unit
-
-// Codes per 64-byte load: 128 (4-bit) or 64 (8-bit).
-inline int64_t chunk_codes(int bits) { return bits == 4 ? 128 : 64; }
+// Codes per 64-byte load (a chunk) and digit bytes per chunk: 4-bit, byte p holds codes 2p
+// (low nibble) and 2p + 1 (high), and the chunk's digits are [d2 lo, d2 hi, d1 lo, d1 hi,
+// d0 lo, d0 hi], 64 bytes each (lo: the even codes' x, hi: the odd ones'); 8-bit, byte p is
+// code p and the digits are [d2, d1, d0]. Lane l of vpdpbusd sums bytes 4l..4l+3: codes
+// 8l..8l+7 (4-bit) or 4l..4l+3 (8-bit), always inside one group (group_size % 32 == 0).
+template <int BITS>
+constexpr int64_t kChunkCodes = BITS == 4 ? 128 : 64;
+template <int BITS>
+constexpr int64_t kChunkDigits = BITS == 4 ? 384 : 192;
 
 bool fits(const QWeight& w) {
-  return w.format == WFormat::Affine && (w.bits == 4 || w.bits == 8) && w.group_size % kBlock == 0 &&
-         512 % w.group_size == 0 && w.cols % w.group_size == 0;
+  if (w.format != WFormat::Affine || (w.bits != 4 && w.bits != 8)) return false;
+  const int64_t gs = w.group_size, ch = w.bits == 4 ? 128 : 64;
+  return gs > 0 && gs % 32 == 0 && w.cols % gs == 0 && (ch % gs == 0 || gs % ch == 0);
 }
 
-// A 64-byte load is 32 u16 words. 4-bit: word w holds codes 4w..4w+3 and extraction k
-// (shift 4k, mask) gives code 4w+k in word w, so within each 128-code chunk x goes to 4 vectors
-// of 32 int16, vector k word w = x[4w + k]. 8-bit: word w holds codes 2w, 2w+1: 2 vectors per
-// 64-code chunk, vector k word w = x[2w + k]. vpdpwssd lane i then sums codes 8i..8i+7 (4-bit)
-// or 4i..4i+3 (8-bit): always inside one block of 32.
-
-// x[c0, c0 + CH) in natural order (int16) -> the prepared order of one chunk (permutes).
-template <int BITS>
-inline void permute_chunk(const int16_t* nat, int16_t* out) {
-  constexpr int PW = BITS == 4 ? 4 : 2;  // codes per u16 word
-  for (int k = 0; k < PW; ++k) {
-    alignas(64) int16_t idx[32];
-    for (int w = 0; w < 32; ++w) idx[w] = int16_t((PW * w + k) % 64);
-    const __m512i iv = _mm512_load_si512(idx);
-    const __m512i lo = _mm512_permutex2var_epi16(_mm512_loadu_si512(nat), iv, _mm512_loadu_si512(nat + 32));
-    if constexpr (BITS == 4) {
-      const __m512i hi = _mm512_permutex2var_epi16(_mm512_loadu_si512(nat + 64), iv, _mm512_loadu_si512(nat + 96));
-      _mm512_storeu_si512(out + 32 * k, _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1));
-    } else {
-      _mm512_storeu_si512(out + 32 * k, lo);
-    }
-  }
+// The balanced base-256 digit of q in [-128, 127] and the rest, (q - digit) / 256.
+inline __m512i low_digit(__m512i q, __m512i* rest) {
+  const __m512i d = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(q, _mm512_set1_epi32(128)), _mm512_set1_epi32(255)),
+                                     _mm512_set1_epi32(128));
+  *rest = _mm512_srai_epi32(_mm512_sub_epi32(q, d), 8);
+  return d;
 }
 
+// 16 values of x times inv, rounded and clamped to +-qmax -> their three digit bytes, stored
+// at d2, d1, d0.
+inline void store_digits(__m512 v, __m512 inv, float qmax, int8_t* d2, int8_t* d1, int8_t* d0) {
+  const __m512 lim = _mm512_set1_ps(qmax);
+  const __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, inv), _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+  __m512i q = _mm512_cvtps_epi32(t);  // round to nearest even (MXCSR default)
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d0), _mm512_cvtepi32_epi8(low_digit(q, &q)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d1), _mm512_cvtepi32_epi8(low_digit(q, &q)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d2), _mm512_cvtepi32_epi8(q));
+}
+
+// x -> digits (px->xd), per-group steps dx (px->dx, padded with >= 16 zeros) and exact
+// group sums (px->gsum). False, leaving px to the float path, when x holds a non-finite value.
 template <int BITS>
-void prepare_q16_bits(const QWeight& w, const float* x, PreparedX* px) {
-  constexpr int64_t ch = BITS == 4 ? 128 : 64;
-  const int64_t cols = w.cols, nb = cols / kBlock, gs = w.group_size, ng = cols / gs;
-  px->T = 1, px->cols = cols, px->x = x;
-  px->interleaved = px->shifted = false;
-  px->q16 = true;
-  px->stride = (cols + ch - 1) / ch * ch;
-  px->xq.resize(size_t(px->stride));
-  px->dx.assign(size_t((nb + 15) / 16 * 16 + 16), 0.0f);
+bool prepare_digits_bits(const QWeight& w, const float* x, PreparedX* px) {
+  constexpr int64_t CH = kChunkCodes<BITS>, CD = kChunkDigits<BITS>;
+  const int64_t cols = w.cols, gs = w.group_size, ng = cols / gs, nch = (cols + CH - 1) / CH;
+  px->dx.assign(size_t((ng + 15) / 16 * 16 + 16), 0.0f);
   px->gstride = (ng + 16 + 15) / 16 * 16;
   px->gsum.assign(size_t(px->gstride), 0.0f);
-  px->xr.resize(size_t(px->stride));
-  thread_local std::vector<int16_t> nat, natr;  // xh, xl in natural order
-  nat.assign(size_t(px->stride), 0);
-  natr.assign(size_t(px->stride), 0);
-  auto split = [](__m512 v, __m512 iv, int16_t* h, int16_t* l) {
-    const __m512 t = _mm512_mul_ps(v, iv);
-    const __m512i hi = _mm512_cvtps_epi32(t);  // |hi| <= 32767
-    const __m512 rest = _mm512_sub_ps(t, _mm512_cvtepi32_ps(hi));  // in [-0.5, 0.5]
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h), _mm512_cvtsepi32_epi16(hi));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(l),
-                        _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(rest, _mm512_set1_ps(kLo)))));
-  };
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m512 a = _mm512_loadu_ps(x + b * kBlock), c = _mm512_loadu_ps(x + b * kBlock + 16);
-    const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
-    const __m512 iv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
-    px->dx[size_t(b)] = m / 32767.0f;
-    split(a, iv, nat.data() + b * kBlock, natr.data() + b * kBlock);
-    split(c, iv, nat.data() + b * kBlock + 16, natr.data() + b * kBlock + 16);
-    px->gsum[size_t(b * kBlock / gs)] += _mm512_reduce_add_ps(_mm512_add_ps(a, c));
+  float* inv = scratch(7, size_t(ng));
+  const float qmax = float(digit_qmax(BITS));
+  for (int64_t g = 0; g < ng; ++g) {
+    __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
+    for (int64_t c = g * gs; c < (g + 1) * gs; c += L) {
+      const __m512 v = _mm512_loadu_ps(x + c);
+      mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+      sm = _mm512_add_ps(sm, v);
+    }
+    const float m = _mm512_reduce_max_ps(mx);
+    if (!std::isfinite(m) || std::isnan(_mm512_reduce_add_ps(sm))) return false;
+    px->gsum[size_t(g)] = _mm512_reduce_add_ps(sm);
+    // A step too small for 1 / step to be finite leaves the group at zero (|x| < 1e-32).
+    const float step = m / qmax;
+    const bool tiny = !(step > 0.0f) || !std::isfinite(1.0f / step);
+    px->dx[size_t(g)] = tiny ? 0.0f : step;
+    inv[g] = tiny ? 0.0f : 1.0f / step;
   }
-  for (int64_t c0 = 0; c0 < px->stride; c0 += ch) {
-    permute_chunk<BITS>(nat.data() + c0, px->xq.data() + c0);
-    permute_chunk<BITS>(natr.data() + c0, px->xr.data() + c0);
+  px->T = 1, px->cols = cols, px->x = x;
+  px->interleaved = px->shifted = false;
+  px->digits = true;
+  px->stride = nch * CH;
+  px->xd.assign(size_t(nch * CD), 0);
+  int8_t* xd = px->xd.data();
+  if constexpr (BITS == 4) {
+    // 32 values at a time (one group): the even ones to the lo digits, the odd ones to hi.
+    alignas(64) static constexpr int32_t kEven[L] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    alignas(64) static constexpr int32_t kOdd[L] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    const __m512i ie = _mm512_load_si512(kEven), io = _mm512_load_si512(kOdd);
+    for (int64_t c = 0; c < cols; c += 32) {
+      const __m512 a = _mm512_loadu_ps(x + c), b = _mm512_loadu_ps(x + c + L);
+      const __m512 iv = _mm512_set1_ps(inv[c / gs]);
+      int8_t* d = xd + (c / CH) * CD + (c % CH) / 2;
+      store_digits(_mm512_permutex2var_ps(a, ie, b), iv, qmax, d, d + 128, d + 256);
+      store_digits(_mm512_permutex2var_ps(a, io, b), iv, qmax, d + 64, d + 192, d + 320);
+    }
+  } else {
+    for (int64_t c = 0; c < cols; c += L) {
+      int8_t* d = xd + (c / CH) * CD + c % CH;
+      store_digits(_mm512_loadu_ps(x + c), _mm512_set1_ps(inv[c / gs]), qmax, d, d + 64, d + 128);
+    }
   }
-}
-
-bool prepare_q16(const QWeight& w, const float* x, PreparedX* px) {
-  if (!fits(w)) return false;
-  if (w.bits == 4) prepare_q16_bits<4>(w, x, px);
-  else prepare_q16_bits<8>(w, x, px);
   return true;
 }
 
-// Block b's group offset within 16 blocks (bidx) and lane l's block within a chunk (lidx).
-template <int BITS>
-void lane_indices(int64_t gs, __m512i* bidx, __m512i* lidx) {
-  constexpr int kLanesPerBlock = BITS == 4 ? 4 : 8;
-  alignas(64) int32_t b[L], l[L];
-  for (int i = 0; i < L; ++i) b[i] = int32_t(i * kBlock / gs), l[i] = i / kLanesPerBlock;
-  *bidx = _mm512_load_si512(b);
-  *lidx = _mm512_load_si512(l);
+bool prepare_digits(const QWeight& w, const float* x, PreparedX* px) {
+  if (!fits(w)) return false;
+  return w.bits == 4 ? prepare_digits_bits<4>(w, x, px) : prepare_digits_bits<8>(w, x, px);
 }
 
-// Integer dots of one 64-byte load of codes with xh and xl (prepared order): per lane, the
-// sums of its 8 (4-bit) or 4 (8-bit) codes times xh and times xl; the codes are extracted once.
+// The integer sum per lane of one chunk: ((c.d2 << 8) + c.d1 << 8) + c.d0 = c.q, exact in
+// int32 (per lane at most 8 codes < 16 times |q| < 2^23, or 4 codes < 256 times |q| < 2^21).
 template <int BITS>
-inline void chunk_dot(__m512i v, const int16_t* xh, const int16_t* xl, __m512i* sh, __m512i* sl) {
-  const __m512i z = _mm512_setzero_si512();
+inline __m512i chunk_sum(__m512i v, const __m512i* d) {
   if constexpr (BITS == 4) {
-    const __m512i m = _mm512_set1_epi16(0x0f);
-    const __m512i c0 = _mm512_and_si512(v, m), c1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-    const __m512i c2 = _mm512_and_si512(_mm512_srli_epi16(v, 8), m), c3 = _mm512_srli_epi16(v, 12);
-    __m512i h0 = _mm512_dpwssd_epi32(z, c0, _mm512_loadu_si512(xh));
-    __m512i l0 = _mm512_dpwssd_epi32(z, c0, _mm512_loadu_si512(xl));
-    __m512i h1 = _mm512_dpwssd_epi32(z, c1, _mm512_loadu_si512(xh + 32));
-    __m512i l1 = _mm512_dpwssd_epi32(z, c1, _mm512_loadu_si512(xl + 32));
-    h0 = _mm512_dpwssd_epi32(h0, c2, _mm512_loadu_si512(xh + 64));
-    l0 = _mm512_dpwssd_epi32(l0, c2, _mm512_loadu_si512(xl + 64));
-    h1 = _mm512_dpwssd_epi32(h1, c3, _mm512_loadu_si512(xh + 96));
-    l1 = _mm512_dpwssd_epi32(l1, c3, _mm512_loadu_si512(xl + 96));
-    *sh = _mm512_add_epi32(h0, h1), *sl = _mm512_add_epi32(l0, l1);
+    const __m512i m = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, d[0]);
+    s = _mm512_dpbusd_epi32(s, hi, d[1]);
+    s = _mm512_slli_epi32(s, 8);
+    s = _mm512_dpbusd_epi32(s, lo, d[2]);
+    s = _mm512_dpbusd_epi32(s, hi, d[3]);
+    s = _mm512_slli_epi32(s, 8);
+    s = _mm512_dpbusd_epi32(s, lo, d[4]);
+    return _mm512_dpbusd_epi32(s, hi, d[5]);
   } else {
-    const __m512i c0 = _mm512_and_si512(v, _mm512_set1_epi16(0xff)), c1 = _mm512_srli_epi16(v, 8);
-    *sh = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(z, c0, _mm512_loadu_si512(xh)), c1, _mm512_loadu_si512(xh + 32));
-    *sl = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(z, c0, _mm512_loadu_si512(xl)), c1, _mm512_loadu_si512(xl + 32));
+    __m512i s = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, d[0]), 8);
+    s = _mm512_slli_epi32(_mm512_dpbusd_epi32(s, v, d[1]), 8);
+    return _mm512_dpbusd_epi32(s, v, d[2]);
   }
 }
 
-template <int BITS>
-float row_dot_q16(const QWeight& w, int64_t r, const PreparedX& px, float* sb, float* cs,
-                 __m512i bidx, __m512i lidx) {
-  const int64_t gs = w.group_size, nb = w.cols / kBlock, bytes = int64_t(w.row_bytes());
-  const __m512 bias_terms = affine_row_params_v(w, r, px.gsum.data(), sb, nullptr);
-  // cs[b] = scale of block b's group * dx_b; zeros past the end.
-  int64_t b0 = 0;
-  for (; b0 < nb; b0 += L)
-    _mm512_storeu_ps(cs + b0, _mm512_mul_ps(_mm512_permutexvar_ps(bidx, _mm512_loadu_ps(sb + b0 * kBlock / gs)),
-                                            _mm512_loadu_ps(px.dx.data() + b0)));
-  _mm512_storeu_ps(cs + b0, _mm512_setzero_ps());
-  // Lane l sums 8 (4-bit) or 4 (8-bit) consecutive codes: block l / 4 or l / 8 of the chunk.
-  constexpr int kBlocksPerChunk = BITS == 4 ? 4 : 2;
-  const uint8_t* q = w.data + r * bytes;
-  const int16_t* xq = px.xq.data();
-  const int16_t* xr = px.xr.data();
-  constexpr int64_t kXPerChunk = BITS == 4 ? 128 : 64;
-  // ah += sum_h * scale * dx, al += sum_l * scale * dx (the xl part, / kLo at the end).
-  auto chunk = [&](__m512i v, int64_t j, __m512& ah, __m512& al) {
-    const __m512 ls = _mm512_permutexvar_ps(lidx, _mm512_loadu_ps(cs + j * kBlocksPerChunk));
-    __m512i sh, sl;
-    chunk_dot<BITS>(v, xq + j * kXPerChunk, xr + j * kXPerChunk, &sh, &sl);
-    ah = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sh), ls, ah);
-    al = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sl), ls, al);
-  };
-  // Two chunks per step into separate accumulators: the FMA latency would otherwise bound it.
-  __m512 h0 = _mm512_setzero_ps(), h1 = h0, l0 = h0, l1 = h0;
-  const int64_t full = bytes / 64;
-  int64_t j = 0;
-  for (; j + 2 <= full; j += 2) {
-    _mm_prefetch(reinterpret_cast<const char*>(q + j * 64) + 4096, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(q + j * 64) + 4160, _MM_HINT_T0);
-    chunk(_mm512_loadu_si512(q + j * 64), j, h0, l0);
-    chunk(_mm512_loadu_si512(q + j * 64 + 64), j + 1, h1, l1);
+// Rows r..r+R of y = W x, read side by side as the float kernel does (kernels_avx512.cpp):
+// per row, the group scales times x's steps go to its sb slice, the bias terms are
+// accumulated, then each chunk's integer lane sums are converted and scaled by their lanes'
+// sb. The arithmetic of each row is the same for every R.
+template <int BITS, DType S, int R>
+void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, float* sb, __m512i lg) {
+  constexpr int P = 32 / BITS, CH = P * L, ND = BITS == 4 ? 6 : 3;
+  constexpr int64_t CD = kChunkDigits<BITS>;
+  const int64_t gs = w.group_size, words = w.cols / P, ng = w.cols / gs, sn = ng + 2 * L;
+  const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
+  const float *gsum = px.gsum.data(), *dx = px.dx.data();
+  __m512 acc[R];
+  const uint32_t* q[R];
+  prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    const uint8_t *sp = w.scales + (r + i) * sbytes, *bp = w.biases + (r + i) * sbytes;
+    acc[i] = _mm512_setzero_ps();
+    int64_t g = 0;
+    for (; g < ng; g += L) {
+      const __mmask16 m = tail_mask(ng - g);
+      _mm512_storeu_ps(sb + i * sn + g, _mm512_mul_ps(load16<S>(sp, g, m), _mm512_loadu_ps(dx + g)));
+      acc[i] = _mm512_fmadd_ps(load16<S>(bp, g, m), _mm512_loadu_ps(gsum + g), acc[i]);
+    }
+    _mm512_storeu_ps(sb + i * sn + g, _mm512_setzero_ps());
+    q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i) * words;
   }
-  if (j < full) chunk(_mm512_loadu_si512(q + j * 64), j, h0, l0), ++j;
-  if (j * 64 < bytes) chunk(_mm512_maskz_loadu_epi32(tail_mask((bytes - j * 64) / 4), q + j * 64), j, h1, l1);
-  const __m512 acc = _mm512_fmadd_ps(_mm512_add_ps(l0, l1), _mm512_set1_ps(1.0f / kLo), _mm512_add_ps(h0, h1));
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc, bias_terms));  // one reduction per row
+  GroupCursor gc(CH, gs);
+  const int8_t* xd = px.xd.data();
+  for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
+    const __mmask16 tm = tail_mask(words - wi);
+    __m512i d[ND];
+#pragma GCC unroll 6
+    for (int k = 0; k < ND; ++k) d[k] = _mm512_load_si512(xd + j * CD + 64 * k);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(q[i] + wi) + 4096, _MM_HINT_T0);
+      const __m512i v = words - wi >= L ? _mm512_loadu_si512(q[i] + wi) : _mm512_maskz_loadu_epi32(tm, q[i] + wi);
+      const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + i * sn + gc.g));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(chunk_sum<BITS>(v, d)), sv, acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);  // one reduction per row
+}
+
+// Lane l's group offset within a chunk (as the float kernel's lane_groups).
+template <int P>
+inline __m512i lane_groups(int64_t gs) {
+  alignas(64) int32_t idx[L];
+  for (int l = 0; l < L; ++l) idx[l] = gs < P * L ? int32_t(l * P / gs) : 0;
+  return _mm512_load_si512(idx);
+}
+
+template <int BITS, DType S>
+void digit_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  constexpr int R = 4;
+  const __m512i lg = lane_groups<32 / BITS>(w.group_size);
+  float* sb = scratch(1, size_t(R * (w.cols / w.group_size + 2 * L)));
+  int64_t r = r0;
+  if (matvec_row_streams() == R)
+    for (; r + R <= r1; r += R) digit_rows_block<BITS, S, R>(w, px, y, r, sb, lg);
+  for (; r < r1; ++r) digit_rows_block<BITS, S, 1>(w, px, y, r, sb, lg);
+}
+
+template <int BITS>
+void digit_matvec(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  switch (w.sdtype) {
+    case DType::F16: return digit_matvec_rows<BITS, DType::F16>(w, px, y, r0, r1);
+    case DType::BF16: return digit_matvec_rows<BITS, DType::BF16>(w, px, y, r0, r1);
+    default: return digit_matvec_rows<BITS, DType::F32>(w, px, y, r0, r1);
+  }
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
-  if (!px.q16) return kernels_avx512().matvec_rows(w, px, y, r0, r1);
-  float* sb = scratch(1, params_size(w));
-  float* cs = scratch(2, size_t(w.cols / kBlock + 2 * L));
-  __m512i bidx, lidx;
-  if (w.bits == 4) {
-    lane_indices<4>(w.group_size, &bidx, &lidx);
-    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot_q16<4>(w, r, px, sb, cs, bidx, lidx);
-  } else {
-    lane_indices<8>(w.group_size, &bidx, &lidx);
-    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot_q16<8>(w, r, px, sb, cs, bidx, lidx);
-  }
+  if (!px.digits) return kernels_avx512().matvec_rows(w, px, y, r0, r1);
+  if (w.bits == 4) digit_matvec<4>(w, px, y, r0, r1);
+  else digit_matvec<8>(w, px, y, r0, r1);
 }
 
 }  // namespace
@@ -210,7 +239,7 @@ namespace moeflux::cpu {
 const Kernels& kernels_avx512_vnni() {
   static const Kernels k = [] {
     Kernels t = kernels_avx512();
-    t.prepare_special = prepare_q16;
+    t.prepare_special = prepare_digits;
     t.matvec_rows = matvec_rows;
     return t;
   }();

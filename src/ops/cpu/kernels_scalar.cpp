@@ -21,7 +21,7 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shif
   px->T = T, px->cols = w.cols, px->x = x;
   px->interleaved = affine_fast(w, lanes);
   px->shifted = px->interleaved && shifted;
-  px->q16 = false;
+  px->digits = false;
   if (!px->interleaved) return;
   const int64_t p = 32 / w.bits, chunk = p * lanes, cols = w.cols;
   const int64_t ng = cols / w.group_size;
