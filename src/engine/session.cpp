@@ -74,7 +74,7 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
           float* xt = x.data() + t * dim;
           if (add)
             for (int64_t i = 0; i < dim; ++i) xt[i] += y[size_t(t * dim + i)];
-          rmsnorm_ref(xt, w.data(), dim, eps, h.data() + t * dim);
+          rmsnorm(xt, w.data(), dim, eps, h.data() + t * dim);
         }
       });
     };
@@ -90,7 +90,7 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
     if (opt.hidden && l + 1 < L) std::copy(x.begin(), x.end(), opt.hidden->begin() + (l + 1) * T * dim);
   }
-  for (int64_t t = 0; t < T; ++t) rmsnorm_ref(x.data() + t * dim, m_.final_norm.data(), dim, eps, x.data() + t * dim);
+  for (int64_t t = 0; t < T; ++t) rmsnorm(x.data() + t * dim, m_.final_norm.data(), dim, eps, x.data() + t * dim);
   if (opt.hidden) std::copy(x.begin(), x.end(), opt.hidden->begin() + L * T * dim);
   tokens_.insert(tokens_.end(), ids.begin(), ids.end());
 

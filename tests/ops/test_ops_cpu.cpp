@@ -4,6 +4,7 @@
 // and exact fp8 / affine decoding (the thread pool: test_thread_pool.cpp).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -233,6 +234,61 @@ TEST(OpsCpu, MatvecMultiMatchesReference) {
   mixed.push_back(test::random_affine(67, 640, 3, 64, DType::BF16, 39));
   mixed.push_back(test::random_dense(513, 640, DType::BF16, 40));
   check_matvec_multi(mixed, 41);
+}
+
+// The epilogue sees each weight's rows once, in ranges of whole `align` blocks, after they
+// were computed (it checks them against matvec_multi's), on 1 and 3 threads and every ISA.
+TEST(OpsCpu, MatvecMultiEpilogueRunsOnWholeComputedBlocks) {
+  std::vector<OwnedWeight> os;
+  os.push_back(test::random_affine(4096, 2048, 4, 64, DType::BF16, 51));  // q (> 256 KiB: threads)
+  os.push_back(test::random_affine(512, 2048, 4, 64, DType::BF16, 52));   // k
+  os.push_back(test::random_affine(128, 2048, 4, 64, DType::BF16, 53));   // v
+  const int64_t align = 128;
+  const auto x = test::randn(2048, 54);
+  std::vector<const QWeight*> ws;
+  for (const auto& o : os) ws.push_back(&o.w);
+  for (int threads : {1, 3})
+    for (CpuIsa isa : isas()) {
+      set_cpu_threads(threads);
+      ScopedCpuIsa scoped(isa);
+      std::vector<std::vector<float>> want, got;
+      std::vector<float*> wp, gp;
+      for (const auto& o : os) {
+        want.emplace_back(size_t(o.w.rows), NAN), got.emplace_back(size_t(o.w.rows), NAN);
+        wp.push_back(want.back().data()), gp.push_back(got.back().data());
+      }
+      matvec_multi(3, ws.data(), x.data(), wp.data());
+      std::vector<std::vector<std::atomic<int>>> seen;
+      for (const auto& o : os) seen.emplace_back(size_t(o.w.rows / align));
+      std::atomic<int> bad{0};
+      matvec_multi_epilogue(3, ws.data(), x.data(), gp.data(), align, [&](int i, int64_t r0, int64_t r1) {
+        if (r0 % align || r1 % align || r0 >= r1) ++bad;
+        for (int64_t r = r0; r < r1; ++r) bad += std::memcmp(&got[size_t(i)][size_t(r)], &want[size_t(i)][size_t(r)], 4) != 0;
+        for (int64_t b = r0 / align; b < r1 / align; ++b) seen[size_t(i)][size_t(b)]++;
+      });
+      EXPECT_EQ(bad.load(), 0) << "threads " << threads << " isa " << cpu_isa_name(isa);
+      for (const auto& s : seen)
+        for (const auto& c : s) EXPECT_EQ(c.load(), 1) << "threads " << threads << " isa " << cpu_isa_name(isa);
+    }
+  set_cpu_threads(0);
+}
+
+TEST(OpsCpu, RmsnormMatchesReference) {
+  for (int64_t n : {1, 7, 128, 2048, 2049})
+    for (bool weighted : {true, false}) {
+      const auto x = test::randn(size_t(n), uint32_t(n)), w = test::randn(size_t(n), uint32_t(n + 1));
+      std::vector<float> want(static_cast<size_t>(n));
+      rmsnorm_ref(x.data(), weighted ? w.data() : nullptr, n, 1e-6f, want.data());
+      for (CpuIsa isa : isas()) {
+        ScopedCpuIsa scoped(isa);
+        std::vector<float> y = x;  // in place
+        rmsnorm(y.data(), weighted ? w.data() : nullptr, n, 1e-6f, y.data());
+        EXPECT_LE(test::rel_l2(y, want), 1e-6) << n << " isa " << cpu_isa_name(isa);
+        if (isa == CpuIsa::Scalar) {
+          EXPECT_EQ(std::memcmp(y.data(), want.data(), size_t(n) * 4), 0) << n;  // the same loops
+        }
+      }
+    }
 }
 
 TEST(OpsCpu, MatvecAffineScaleDtypes) {

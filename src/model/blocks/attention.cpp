@@ -17,40 +17,51 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   PhaseTimer pt("attn.qkv");
   kv.k.resize(size_t((len0 + T) * kd));
   kv.v.resize(size_t((len0 + T) * kd));
+  // Block b of head_dim rows of a token's projection: a head's query (into q, then q norm and
+  // RoPE) or, gated, the gate that follows it (into gate).
+  const int64_t q_blocks = n_heads * qrow / head_dim;
+  auto q_block = [&](int64_t t, int64_t b, const float* cs) {
+    const int64_t h = b * head_dim / qrow;
+    const float* src = qg.data() + t * n_heads * qrow + b * head_dim;
+    if (gated && b % 2 == 1) return (void)std::copy_n(src, head_dim, gate.data() + t * qd + h * head_dim);
+    float* qh = q.data() + t * qd + h * head_dim;
+    std::copy_n(src, head_dim, qh);
+    if (!q_norm.empty()) rmsnorm(qh, q_norm.data(), head_dim, norm_eps, qh);
+    rope_apply(qh, rope, cs);
+  };
+  auto k_head = [&](int64_t t, int64_t h, const float* cs) {
+    float* kh = kv.k.data() + (len0 + t) * kd + h * head_dim;
+    if (!k_norm.empty()) rmsnorm(kh, k_norm.data(), head_dim, norm_eps, kh);
+    rope_apply(kh, rope, cs);
+  };
   // Project all T tokens at once (each weight row read once per batch), straight into the cache.
-  if (T == 1) {  // decode: q, k and v in one parallel region
+  if (T == 1) {
+    // Decode: q, k and v in one parallel region; each thread finishes the heads it computed.
+    std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
+    rope_angles(rope, pos0, cs.data());
     const QWeight* ws[3] = {&wq, &wk, &wv};
     float* ys[3] = {qg.data(), kv.k.data() + len0 * kd, kv.v.data() + len0 * kd};
-    matvec_multi(3, ws, x, ys);
+    matvec_multi_epilogue(3, ws, x, ys, head_dim, [&](int i, int64_t r0, int64_t r1) {
+      for (int64_t b = r0 / head_dim; b < r1 / head_dim; ++b) {
+        if (i == 0) q_block(0, b, cs.data());
+        else if (i == 1) k_head(0, b, cs.data());
+      }
+    });
   } else {
     matmul(wq, x, T, qg.data());
     matmul(wk, x, T, kv.k.data() + len0 * kd);
     matmul(wv, x, T, kv.v.data() + len0 * kd);
+    pt.next("attn.norm+rope");
+    // Token by token over the threads.
+    for_tokens(T, (n_heads + n_kv_heads) * head_dim * 24, [&](int64_t t0, int64_t t1) {
+      std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
+      for (int64_t t = t0; t < t1; ++t) {
+        rope_angles(rope, pos0 + t, cs.data());  // once per position, for all heads
+        for (int64_t b = 0; b < q_blocks; ++b) q_block(t, b, cs.data());
+        for (int64_t h = 0; h < n_kv_heads; ++h) k_head(t, h, cs.data());
+      }
+    });
   }
-  pt.next("attn.norm+rope");
-  // Split q / gate, q / k norms and RoPE, token by token over the threads.
-  for_tokens(T, (n_heads + n_kv_heads) * head_dim * 24, [&](int64_t t0, int64_t t1) {
-    std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
-    for (int64_t t = t0; t < t1; ++t) {
-      float* qt = q.data() + t * qd;
-      float* kt = kv.k.data() + (len0 + t) * kd;
-      const float* qgt = qg.data() + t * n_heads * qrow;
-      for (int64_t h = 0; h < n_heads; ++h)
-        for (int64_t d = 0; d < head_dim; ++d) {
-          qt[h * head_dim + d] = qgt[h * qrow + d];
-          if (gated) gate[size_t(t * qd + h * head_dim + d)] = qgt[h * qrow + head_dim + d];
-        }
-      rope_angles(rope, pos0 + t, cs.data());  // once per position, for all heads
-      for (int64_t h = 0; h < n_heads; ++h) {
-        if (!q_norm.empty()) rmsnorm_ref(qt + h * head_dim, q_norm.data(), head_dim, norm_eps, qt + h * head_dim);
-        rope_apply(qt + h * head_dim, rope, cs.data());
-      }
-      for (int64_t h = 0; h < n_kv_heads; ++h) {
-        if (!k_norm.empty()) rmsnorm_ref(kt + h * head_dim, k_norm.data(), head_dim, norm_eps, kt + h * head_dim);
-        rope_apply(kt + h * head_dim, rope, cs.data());
-      }
-    }
-  });
   // Attend: token t sees positions <= pos0 + t (within the sliding window, if any).
   pt.next("attn.core+o");
   const float scale = 1.0f / std::sqrt(float(head_dim));

@@ -90,16 +90,20 @@ void prepare_for(const cpu::Kernels& k, const QWeight& w, const float* x, cpu::P
 
 // Rows of n weights, weight i against its prepared x pxs[i], split over the threads in one
 // parallel region: global row r0..r1 spans the weights in order. Rows are dealt out as if
-// they cost the same (the callers pass weights of one layout and shape).
+// they cost the same (the callers pass weights of one layout and shape), in multiples of
+// `align`; `then` (if any) runs on each weight's range right after it.
 void rows_region(const cpu::Kernels& k, int n, const QWeight* const* ws, const cpu::PreparedX* const* pxs,
-                 float* const* ys) {
+                 float* const* ys, int64_t align = 1,
+                 const std::function<void(int, int64_t, int64_t)>* then = nullptr) {
   int64_t rows = 0;
   for (int i = 0; i < n; ++i) rows += ws[i]->rows;
-  for_rows(rows, int64_t(ws[0]->row_bytes()), 1, [&](int64_t r0, int64_t r1) {
+  for_rows(rows, int64_t(ws[0]->row_bytes()), align, [&](int64_t r0, int64_t r1) {
     int64_t base = 0;
     for (int i = 0; i < n && base < r1; base += ws[i]->rows, ++i) {
       const int64_t lo = std::max(r0, base), hi = std::min(r1, base + ws[i]->rows);
-      if (lo < hi) k.matvec_rows(*ws[i], *pxs[i], ys[i], lo - base, hi - base);
+      if (lo >= hi) continue;
+      k.matvec_rows(*ws[i], *pxs[i], ys[i], lo - base, hi - base);
+      if (then) (*then)(i, lo - base, hi - base);
     }
   });
 }
@@ -137,6 +141,34 @@ void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const*
   const cpu::PreparedX* pxs[8];
   std::fill(pxs, pxs + n, &px);
   rows_region(k, n, ws, pxs, ys);
+}
+
+void matvec_multi_epilogue(int n, const QWeight* const* ws, const float* x, float* const* ys, int64_t align,
+                           const std::function<void(int, int64_t, int64_t)>& epilogue) {
+  MF_ASSERT(n >= 1 && n <= 8 && align >= 1);
+  for (int i = 0; i < n; ++i) MF_ASSERT(ws[i]->rows % align == 0);
+  for (int i = 1; i < n; ++i)
+    if (!same_layout(*ws[0], *ws[i])) {
+      for (int j = 0; j < n; ++j) {
+        matvec_multi(1, ws + j, x, ys + j);
+        epilogue(j, 0, ws[j]->rows);
+      }
+      return;
+    }
+  const cpu::Kernels& k = kernels();
+  cpu::PreparedX& px = prepared_x();
+  prepare_for(k, *ws[0], x, &px);
+  const cpu::PreparedX* pxs[8];
+  std::fill(pxs, pxs + n, &px);
+  rows_region(k, n, ws, pxs, ys, align, &epilogue);
+}
+
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  const float inv = 1.0f / std::sqrt(kernels().dot(x, x, n) / float(n) + eps);
+  if (w)
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
+  else
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv;
 }
 
 namespace {

@@ -23,6 +23,17 @@ void matvec(const QWeight& w, const float* x, float* y);
 // Weights of different layouts are run one by one.
 void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const* ys);
 
+// matvec_multi, then epilogue(i, r0, r1) on the thread that computed rows [r0, r1) of weight
+// i, right after them, in the same parallel region: every range holds whole multiples of
+// `align` rows (PRECOND: align divides each weight's rows), so a per-head step (q / k norm,
+// RoPE) needs no serial pass of its own. The ranges cover each weight's rows once.
+void matvec_multi_epilogue(int n, const QWeight* const* ws, const float* x, float* const* ys, int64_t align,
+                           const std::function<void(int i, int64_t r0, int64_t r1)>& epilogue);
+
+// out (n) = x / sqrt(mean(x^2) + eps) * w (w: n weights, or null for none), the reference's
+// RMSNorm with the sum of squares through the ISA's dot (float reordering only). out may be x.
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
+
 // y (T, w.rows) = x (T, w.cols) W^T: batched prefill / grouped experts. Each weight row is
 // decoded once for all T tokens.
 void matmul(const QWeight& w, const float* x, int64_t T, float* y);
