@@ -2,7 +2,8 @@
 # CPU decode / prefill benchmark for the GPU host (16-core Xeon, no internet, no PCRE2 /
 # utf8proc / libedit): builds the engine-only moeflux (MOEFLUX_MINIMAL, Release), synthesises
 # a Qwen3-30B-A3B pack (4-bit g64, LAYERS of 48 layers), and runs `moeflux bench` on all
-# threads (default float kernels, then the opt-in integer kernels), on one thread, and on the
+# threads (default kernels: the integer dots where the CPU has AVX512-VNNI, then the float
+# kernels for comparison), on one thread, and on the
 # scalar reference path (one thread, short), writing the tables (bench_cpu.md) and the machine description to $OUT. Runs in about 5 minutes; each step is time-boxed.
 # Usage: OUT=/some/dir [LAYERS=16] [WORK=/tmp/moeflux-cpu-bench] [BUILD_TIMEOUT=300] scripts/device-bench-cpu.sh
 set -euo pipefail
@@ -53,8 +54,8 @@ run() {  # name, time limit (s), env / bench arguments
 }
 run all_threads 90 "$mf" bench -m "$pack" -p 128 -n 32 -r 3 --profile
 run eight_threads 60 "$mf" bench -m "$pack" -p 0 -n 32 -r 3 --threads 8 --profile
-# The integer-dot kernels (opt-in, results within f32 rounding): compare with all_threads.
-run vnni_all_threads 90 MOEFLUX_CPU_ISA=avx512vnni "$mf" bench -m "$pack" -p 0 -n 32 -r 3
+# The float kernels (every dot in f32): compare with all_threads (integer dots, if VNNI).
+run float_all_threads 90 MOEFLUX_CPU_ISA=avx512 "$mf" bench -m "$pack" -p 0 -n 32 -r 3
 run one_thread 120 "$mf" bench -m "$pack" -p 32 -n 16 -r 2 --threads 1
 run scalar_one_thread 100 MOEFLUX_CPU_ISA=scalar "$mf" bench -m "$pack" -p 8 -n 4 -r 1 --threads 1
 # Where decode time goes on all threads, when perf is there (symbols of the main thread and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "stream16". Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "stream16". Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -46,6 +46,17 @@ for s in ${DEVICE_STEPS:-stream}; do
           case $v in fu) e=() ;; un) e=(MOEFLUX_FUSED_EXPERTS=0) ;; fu50) e=(MOEFLUX_POOL_SPIN_US=50) ;; un50) e=(MOEFLUX_FUSED_EXPERTS=0 MOEFLUX_POOL_SPIN_US=50) ;; esac
           echo "round$round $v: " | tee -a "$OUT/fused.md"
           timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 --profile 2>&1 | grep -E "^\\| (qwen|tg32)|ceilings measured" | tee -a "$OUT/fused.md"
+        done
+      done ;;
+    isa)  # A/B, alternating rounds: the default (integer dots on VNNI, 1 row on Intel), integer dots on 4 rows, float dots
+      p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
+      [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      for round in 1 2 3; do
+        for v in $([ $((round % 2)) = 1 ] && echo "int int4 f32" || echo "f32 int4 int"); do
+          case $v in int) e=() ;; int4) e=(MOEFLUX_MATVEC_ROWS=4) ;; f32) e=(MOEFLUX_CPU_ISA=avx512) ;; esac
+          echo -n "round$round $v: " | tee -a "$OUT/isa.md"
+          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 2>&1 | grep -E "tg32 |ceilings measured" | tr '\n' ' ' | tee -a "$OUT/isa.md"
+          echo | tee -a "$OUT/isa.md"
         done
       done ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
