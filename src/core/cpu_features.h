@@ -38,7 +38,8 @@ int matvec_row_streams();
 // Sets it (1 or 4; tests, benchmarks). Raises Error on another value.
 void set_matvec_row_streams(int rows);
 
-// Number of physical cores this process may run on (SMT siblings counted once).
+// Number of physical cores this process may run on (SMT siblings counted once), read at the
+// first call.
 int physical_core_count();
 
 // Sets the level for one scope (tests, benchmarks) and restores the previous one.
