@@ -51,7 +51,7 @@ for s in ${DEVICE_STEPS:-stream}; do
     isa)  # A/B, alternating rounds: the default (integer dots on VNNI, 1 row on Intel), integer dots on 4 rows, float dots
       p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
       [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
-      for round in 1 2 3; do
+      for round in $(seq "${ROUNDS:-3}"); do
         for v in $([ $((round % 2)) = 1 ] && echo "int int4 f32" || echo "f32 int4 int"); do
           case $v in int) e=() ;; int4) e=(MOEFLUX_MATVEC_ROWS=4) ;; f32) e=(MOEFLUX_CPU_ISA=avx512) ;; esac
           echo -n "round$round $v: " | tee -a "$OUT/isa.md"
