@@ -291,15 +291,22 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
       }
       return;
     }
-    // Items are handed out in order, so every gate / up block is running or done by now; the
-    // experts complete roughly in order, and each expert's rows start as soon as its h is ready.
+    // Items are handed out in order, so every gate / up block is running or done by now. The
+    // experts whose h is ready run first, whatever their order (each into its own ys row), and
+    // the thread waits only when none is; the sum is still taken in expert order.
     const int64_t r0 = (b - gu_items) * dblock, r1 = std::min(dim, r0 + dblock);
-    for (int i = 0; i < n; ++i) {
-      while (!prepared[i].load(std::memory_order_acquire)) {
+    uint32_t todo = n == 32 ? ~0u : (1u << n) - 1;
+    while (todo) {
+      bool ran = false;
+      for (int i = 0; i < n; ++i)
+        if ((todo >> i & 1) && prepared[i].load(std::memory_order_acquire)) {
+          k.matvec_rows(*down[i], pool[size_t(i)], ys + i * dim, r0, r1);
+          todo &= ~(1u << i), ran = true;
+        }
+      if (!ran) {
         if (failed.load(std::memory_order_acquire)) return;
         cpu_relax();
       }
-      k.matvec_rows(*down[i], pool[size_t(i)], ys + i * dim, r0, r1);
     }
     combine_weighted(n, yp, w, out, r0, r1);
   });
