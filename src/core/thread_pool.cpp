@@ -67,10 +67,11 @@ void ThreadPool::take_chunks() {
   const bool prof = g_profiling.load(std::memory_order_relaxed);
   const uint64_t t0 = prof ? now_ns() : 0;
   for (;;) {
-    const int64_t b = next_.fetch_add(grain_, std::memory_order_relaxed);
+    int64_t e = 0;
+    const int64_t b = claim(&e);
     if (b >= n_) break;
     try {
-      fn_(ctx_, b, std::min(n_, b + grain_));
+      fn_(ctx_, b, e);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
@@ -79,6 +80,23 @@ void ThreadPool::take_chunks() {
   }
   if (prof) g_busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   t_in_pool_task = was_in;
+}
+
+int64_t ThreadPool::claim(int64_t* end) {
+  if (guided_div_ == 0) {
+    const int64_t b = next_.fetch_add(grain_, std::memory_order_relaxed);
+    *end = std::min(n_, b + grain_);
+    return b;
+  }
+  int64_t b = next_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (b >= n_) return b;
+    const int64_t g = std::max(grain_, ((n_ - b) / guided_div_ + mult_ - 1) / mult_ * mult_);
+    if (next_.compare_exchange_weak(b, b + g, std::memory_order_relaxed)) {
+      *end = std::min(n_, b + g);
+      return b;
+    }
+  }
 }
 
 void ThreadPool::worker_loop() {
@@ -107,19 +125,22 @@ void ThreadPool::worker_loop() {
   }
 }
 
-void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
+void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult, RangeFn fn, void* ctx) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
+  mult = std::max<int64_t>(1, mult);
   std::unique_lock<std::mutex> run_lock(run_mu_, std::try_to_lock);
   if (workers_.empty() || n <= grain || t_in_pool_task || !run_lock.owns_lock()) {
-    for (int64_t b = 0; b < n; b += grain) fn(ctx, b, std::min(n, b + grain));  // inline
+    // Inline: one thread gains nothing from short chunks (guided: one chunk).
+    const int64_t step = guided_div ? n : grain;
+    for (int64_t b = 0; b < n; b += step) fn(ctx, b, std::min(n, b + step));
     return;
   }
   const bool prof = g_profiling.load(std::memory_order_relaxed);
   const uint64_t t0 = prof ? now_ns() : 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = fn, ctx_ = ctx, n_ = n, grain_ = grain;
+    fn_ = fn, ctx_ = ctx, n_ = n, grain_ = grain, guided_div_ = guided_div, mult_ = mult;
     next_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
     busy_.store(int(workers_.size()), std::memory_order_relaxed);

@@ -51,12 +51,26 @@ class ThreadPool {
   void parallel_for(int64_t n, int64_t grain, F&& fn) {
     using Fn = std::remove_reference_t<F>;
     auto thunk = [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); };
-    run(n, grain, thunk, const_cast<void*>(static_cast<const void*>(&fn)));
+    run(n, grain, 0, 1, thunk, const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+  // The same with chunks that shrink as the range runs out ("guided"): each takes 1 / (2 *
+  // size()) of what is left, rounded up to a multiple of `mult` and at least `min_grain` (the
+  // last one may be shorter). The first chunks are long streams; the last, short ones even
+  // out the threads' finishing times. PRECOND: min_grain >= 1, mult >= 1.
+  template <typename F>
+  void parallel_for_guided(int64_t n, int64_t min_grain, int64_t mult, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    auto thunk = [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); };
+    run(n, min_grain, 2 * int64_t(size()), mult, thunk, const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
  private:
   using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
-  void run(int64_t n, int64_t grain, RangeFn fn, void* ctx);
+  // guided_div 0: chunks of `grain`; else guided chunks of (n - begin) / guided_div, rounded
+  // up to a multiple of mult, at least grain.
+  void run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult, RangeFn fn, void* ctx);
+  int64_t claim(int64_t* end);  // the next chunk's begin (>= n_ when none is left)
   void worker_loop();
   void take_chunks();
 
@@ -70,7 +84,7 @@ class ThreadPool {
   // The current job (written before generation_ is bumped).
   RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;
-  int64_t n_ = 0, grain_ = 1;
+  int64_t n_ = 0, grain_ = 1, guided_div_ = 0, mult_ = 1;
   std::atomic<int64_t> next_{0};
   std::atomic<uint64_t> published_{0};  // generation_ readable without the lock (spinning)
   std::exception_ptr error_;

@@ -29,6 +29,36 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
   }
 }
 
+// Guided chunks: every index once; each chunk a multiple of `mult` and at least min_grain,
+// except one that ends the range; on several threads, the first chunk the longest.
+TEST(ThreadPool, GuidedChunksCoverEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5})
+    for (int64_t n : {0, 1, 7, 1000, 4099})
+      for (auto [min_grain, mult] : {std::pair<int64_t, int64_t>{1, 1}, {3, 1}, {8, 4}, {128, 128}, {5000, 1}}) {
+        ThreadPool pool(threads);
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<int64_t> longest{0}, first_len{0};
+        pool.parallel_for_guided(n, min_grain, mult, [&](int64_t b, int64_t e) {
+          EXPECT_LT(b, e);
+          if (e < n) {
+            EXPECT_EQ((e - b) % mult, 0) << b << " " << e;
+            EXPECT_GE(e - b, min_grain);
+          }
+          if (b == 0) first_len = e - b;
+          for (int64_t cur = longest.load(); e - b > cur && !longest.compare_exchange_weak(cur, e - b);) {
+          }
+          for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << threads << " " << n << " " << min_grain;
+        if (n > 0) {
+          EXPECT_EQ(first_len.load(), longest.load()) << threads << " " << n << " " << min_grain;
+        }
+        if (threads > 1 && n >= 1000 && min_grain == 1) {
+          EXPECT_LT(first_len.load(), n);  // really split
+        }
+      }
+}
+
 TEST(ThreadPool, ExceptionReachesTheCallerAndPoolSurvives) {
   ThreadPool pool(3);
   EXPECT_THROW(pool.parallel_for(100, 1, [](int64_t b, int64_t) {

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <numeric>
+#include <string>
 
 #include "core/cpu_features.h"
 #include "core/aligned.h"
@@ -57,12 +59,25 @@ int64_t row_grain(int64_t rows, int64_t row_work, int threads, int64_t m) {
   return (g + m - 1) / m * m;
 }
 
+bool guided_rows() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOEFLUX_GUIDED");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 template <typename F>
 void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
   if (rows * row_work < kParallelMinBytes) return fn(int64_t(0), rows);
   ThreadPool& pool = cpu_thread_pool();
   if (pool.size() == 1) return fn(int64_t(0), rows);
-  pool.parallel_for(rows, row_grain(rows, row_work, pool.size(), m), fn);
+  if (!guided_rows()) return pool.parallel_for(rows, row_grain(rows, row_work, pool.size(), m), fn);
+  // Guided chunks: long first runs, short last ones (at least kChunkMinBytes), in multiples
+  // of m and of the matvec's 4-row blocks.
+  const int64_t mult = std::lcm<int64_t>(m, 4);
+  const int64_t min_rows = (std::max<int64_t>(1, kChunkMinBytes / std::max<int64_t>(1, row_work)) + mult - 1) / mult * mult;
+  pool.parallel_for_guided(rows, min_rows, mult, fn);
 }
 
 // Weights whose x can be prepared once for all of them (same layout and width).
