@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "stream16". Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=" ...), "stream16". Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -57,6 +57,21 @@ for s in ${DEVICE_STEPS:-stream}; do
           echo -n "round$round $v: " | tee -a "$OUT/isa.md"
           timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 2>&1 | grep -E "tg32 |ceilings measured" | tr '\n' ' ' | tee -a "$OUT/isa.md"
           echo | tee -a "$OUT/isa.md"
+        done
+      done ;;
+    envab)  # A/B of environment settings, alternating rounds (ROUNDS, default 3): VARIANTS="a=X=1 b=X=0"
+      p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
+      [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      read -r -a vs <<<"${VARIANTS:?set VARIANTS}"
+      for round in $(seq "${ROUNDS:-3}"); do
+        order=("${vs[@]}")
+        [ $((round % 2)) = 0 ] && order=($(printf '%s\n' "${vs[@]}" | tac))
+        for v in "${order[@]}"; do
+          name=${v%%=*} spec=${v#*=}
+          IFS=, read -r -a e <<<"$spec"
+          echo -n "round$round $name: " | tee -a "$OUT/envab.md"
+          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 --profile 2>&1 | grep -E "^\| (qwen|tg32)|ceilings measured" | tr '\n' ' ' | tee -a "$OUT/envab.md"
+          echo | tee -a "$OUT/envab.md"
         done
       done ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
