@@ -218,7 +218,7 @@ struct GateUpItems {
     float *g = gu + 2 * i * hidden, *u = g + hidden;
     k.matvec_rows(*gate[i], px, g, r0, r1);
     k.matvec_rows(*up[i], px, u, r0, r1);
-    swiglu_ref(g + r0, u + r0, r1 - r0, g + r0);
+    k.swiglu(g + r0, u + r0, r1 - r0, g + r0);
     return i;
   }
   // Below this the items run on the calling thread.
@@ -346,7 +346,7 @@ void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, 
   const QWeight* gu[2] = {&gate, &up};
   float* ys[2] = {g, u};
   matvec_multi(2, gu, x, ys);
-  swiglu_ref(g, u, gate.rows, g);
+  kernels().swiglu(g, u, gate.rows, g);
   matvec(down, g, out);
 }
 
@@ -402,7 +402,7 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
     k.matmul_rows(*gate[t.i], pool[size_t(t.i)], gi, hidden, t.r0, t.r1);
     k.matmul_rows(*up[t.i], up_x(t.i), ui, hidden, t.r0, t.r1);
     for (int64_t tok = 0; tok < T[t.i]; ++tok)
-      swiglu_ref(gi + tok * hidden + t.r0, ui + tok * hidden + t.r0, t.r1 - t.r0, gi + tok * hidden + t.r0);
+      k.swiglu(gi + tok * hidden + t.r0, ui + tok * hidden + t.r0, t.r1 - t.r0, gi + tok * hidden + t.r0);
   });
   prepare_all(down, [&](int64_t i) { return g + at[size_t(i)] * hidden; });
   run_tasks(down[0]->rows,

@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
+#include "ops/ref/ref.h"
 
 // g++ 12 flags the intrinsics headers' deliberately undefined vectors (_mm512_undefined_*)
 // once they are inlined here.
@@ -378,7 +379,7 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 
 namespace moeflux::cpu {
 const Kernels& kernels_avx2() {
-  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy};
+  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy, swiglu_ref};
   return k;
 }
 }  // namespace moeflux::cpu

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
+#include "ops/ref/ref.h"
 
 namespace moeflux::cpu {
 
@@ -88,7 +89,7 @@ void matmul_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t
 
 const Kernels& kernels_scalar() {
   static const Kernels k{1, nullptr, matvec_rows_scalar, matmul_rows_scalar, decode_row_scalar, dot_scalar,
-                         axpy_scalar};
+                         axpy_scalar, swiglu_ref};
   return k;
 }
 
