@@ -314,6 +314,32 @@ TEST(OpsCpu, SwigluKernelsMatchReference) {
   }
 }
 
+// The weighted combine: the same bits at every ISA as the plain loop (each product rounded,
+// then added, in input order), over ragged ranges (vector tails).
+TEST(OpsCpu, CombineWeightedIsTheSameBitsAtEveryIsa) {
+  const int n = 8;
+  const int64_t dim = 1000;
+  std::vector<std::vector<float>> ys;
+  std::vector<const float*> yp;
+  for (int i = 0; i < n; ++i) ys.push_back(test::randn(size_t(dim), uint32_t(60 + i)));
+  for (const auto& y : ys) yp.push_back(y.data());
+  const auto w = test::randn(size_t(n), 70);
+  for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, dim}, {3, 17}, {5, 998}}) {
+    std::vector<float> want(static_cast<size_t>(dim), 0.0f);
+    for (int i = 0; i < n; ++i)
+      for (int64_t r = r0; r < r1; ++r) {
+        const float p = w[size_t(i)] * ys[size_t(i)][size_t(r)];  // rounded, then added
+        want[size_t(r)] += p;
+      }
+    for (CpuIsa isa : isas()) {
+      ScopedCpuIsa scoped(isa);
+      std::vector<float> out(static_cast<size_t>(dim), 0.0f);
+      combine_weighted(n, yp.data(), w.data(), out.data(), r0, r1);
+      EXPECT_EQ(std::memcmp(out.data(), want.data(), size_t(dim) * 4), 0) << r0 << " " << r1 << " " << cpu_isa_name(isa);
+    }
+  }
+}
+
 TEST(OpsCpu, MatvecAffineScaleDtypes) {
   for (DType sd : {DType::F16, DType::F32})
     for (int bits : {4, 8, 3})

@@ -254,11 +254,8 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
 
 void combine_weighted(int n, const float* const* ys, const float* w, float* out, int64_t r0, int64_t r1) {
   std::fill(out + r0, out + r1, 0.0f);
-  for (int i = 0; i < n; ++i) {
-    const float wi = w[i];
-    const float* y = ys[i];
-    for (int64_t r = r0; r < r1; ++r) out[r] += wi * y[r];
-  }
+  const cpu::Kernels& k = kernels();  // vector loops, the same bits at every level
+  for (int i = 0; i < n; ++i) k.add_scaled(w[i], ys[i] + r0, out + r0, r1 - r0);
 }
 
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,

@@ -82,6 +82,8 @@ struct Kernels {
   int64_t (*decode_row)(const QWeight& w, const PreparedX& px, int64_t r, float* out, float* sb, float* bb);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
+  // y += a * x with the product rounded before the add (no FMA): the same bits at every ISA.
+  void (*add_scaled)(float a, const float* x, float* y, int64_t n);
   // out[i] = silu(gate[i]) * up[i] (out may be gate): swiglu_ref, or within a few ulps of it.
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
 };

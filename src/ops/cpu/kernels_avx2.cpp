@@ -80,6 +80,18 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   }
 }
 
+// y += a * x, product rounded first (no FMA), as the scalar loop. The empty asm keeps the
+// compiler from contracting the multiply and add into an FMA (this file targets FMA).
+void add_scaled(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  for (int64_t i = 0; i < n; i += L) {
+    const __m256i m = tail_mask(n - i);
+    __m256 p = _mm256_mul_ps(av, _mm256_maskload_ps(x + i, m));
+    asm("" : "+x"(p));
+    _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(y + i, m), p));
+  }
+}
+
 // 4 rows x NT (1 or 2) tokens: 4 NT accumulators + 4 rows + NT x in 16 ymm registers
 // (4 x 4 would spill), 4 + NT loads per 4 NT FMAs; loops unrolled by pragma so that -O2
 // keeps the accumulators in registers.
@@ -379,7 +391,7 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 
 namespace moeflux::cpu {
 const Kernels& kernels_avx2() {
-  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy, swiglu_ref};
+  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy, add_scaled, swiglu_ref};
   return k;
 }
 }  // namespace moeflux::cpu

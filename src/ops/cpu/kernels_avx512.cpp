@@ -50,6 +50,18 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   }
 }
 
+// y += a * x, product rounded first (no FMA), as the scalar loop. The empty asm keeps the
+// compiler from contracting the multiply and add into an FMA (this file targets FMA).
+void add_scaled(float a, const float* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += L) {
+    const __mmask16 m = tail_mask(n - i);
+    __m512 p = _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, x + i));
+    asm("" : "+v"(p));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), p));
+  }
+}
+
 // e^x for x in [-87.3, 88.7] (clamped outside): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two
 // parts, so r is exact), e^r by the classic degree-7 polynomial of Cephes' expf, times 2^n by
 // scalef. Within ~2 ulps of expf.
@@ -398,7 +410,7 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 
 namespace moeflux::cpu {
 const Kernels& kernels_avx512() {
-  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy, swiglu};
+  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy, add_scaled, swiglu};
   return k;
 }
 }  // namespace moeflux::cpu
