@@ -72,8 +72,7 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
       for_tokens(T, dim * 12, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
           float* xt = x.data() + t * dim;
-          if (add)
-            for (int64_t i = 0; i < dim; ++i) xt[i] += y[size_t(t * dim + i)];
+          if (add) add_scaled(1.0f, y.data() + t * dim, xt, dim);
           rmsnorm(xt, w.data(), dim, eps, h.data() + t * dim);
         }
       });
@@ -87,7 +86,7 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
     pt.next("layer.ffn");
     layer.ffn->forward(h.data(), T, y.data());
     pt.next("layer.residual");
-    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+    add_scaled(1.0f, y.data(), x.data(), int64_t(x.size()));
     if (opt.hidden && l + 1 < L) std::copy(x.begin(), x.end(), opt.hidden->begin() + (l + 1) * T * dim);
   }
   for (int64_t t = 0; t < T; ++t) rmsnorm(x.data() + t * dim, m_.final_norm.data(), dim, eps, x.data() + t * dim);

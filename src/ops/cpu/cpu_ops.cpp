@@ -178,6 +178,8 @@ void matvec_multi_epilogue(int n, const QWeight* const* ws, const float* x, floa
   rows_region(k, n, ws, pxs, ys, align, &epilogue);
 }
 
+void add_scaled(float a, const float* x, float* y, int64_t n) { kernels().add_scaled(a, x, y, n); }
+
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
   const float inv = 1.0f / std::sqrt(kernels().dot(x, x, n) / float(n) + eps);
   if (w)

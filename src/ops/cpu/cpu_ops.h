@@ -30,6 +30,10 @@ void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const*
 void matvec_multi_epilogue(int n, const QWeight* const* ws, const float* x, float* const* ys, int64_t align,
                            const std::function<void(int i, int64_t r0, int64_t r1)>& epilogue);
 
+// y (n) += a * x, each product rounded before the add (as the plain loop, the same bits at
+// every ISA level; vectorised, which -O2 does not do for the loop).
+void add_scaled(float a, const float* x, float* y, int64_t n);
+
 // out (n) = x / sqrt(mean(x^2) + eps) * w (w: n weights, or null for none), the reference's
 // RMSNorm with the sum of squares through the ISA's dot (float reordering only). out may be x.
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
