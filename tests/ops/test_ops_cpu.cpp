@@ -123,6 +123,13 @@ void check_matvec(const OwnedWeight& o, uint32_t seed) {
   }
 }
 
+// The QWeights of owned weights, in order.
+std::vector<const QWeight*> views(const std::vector<OwnedWeight>& os) {
+  std::vector<const QWeight*> ws;
+  for (const auto& o : os) ws.push_back(&o.w);
+  return ws;
+}
+
 // matvec_multi over weights sharing x (ragged row counts, one parallel region) vs matvec_ref
 // of each, on 1 and 3 threads; `mixed` weights of different layouts take the one-by-one path.
 void check_matvec_multi(const std::vector<OwnedWeight>& os, uint32_t seed) {
@@ -130,8 +137,7 @@ void check_matvec_multi(const std::vector<OwnedWeight>& os, uint32_t seed) {
   const auto x = test::randn(size_t(cols), seed);
   std::vector<RefOut> want;
   for (const auto& o : os) want.push_back(ref_matmul(o.w, x.data(), 1));
-  std::vector<const QWeight*> ws;
-  for (const auto& o : os) ws.push_back(&o.w);
+  const std::vector<const QWeight*> ws = views(os);
   for (int threads : {1, 3})
     for (CpuIsa isa : isas()) {
       set_cpu_threads(threads);
@@ -245,8 +251,7 @@ TEST(OpsCpu, MatvecMultiEpilogueRunsOnWholeComputedBlocks) {
   os.push_back(test::random_affine(128, 2048, 4, 64, DType::BF16, 53));   // v
   const int64_t align = 128;
   const auto x = test::randn(2048, 54);
-  std::vector<const QWeight*> ws;
-  for (const auto& o : os) ws.push_back(&o.w);
+  const std::vector<const QWeight*> ws = views(os);
   for (int threads : {1, 3})
     for (CpuIsa isa : isas()) {
       set_cpu_threads(threads);

@@ -37,6 +37,72 @@ inline __m512 load16_dyn(DType t, const uint8_t* base, int64_t i, __mmask16 m) {
   }
 }
 
+// Affine fast path: lane l of a chunk starts at code l * P; its group offset within the chunk
+// (P * L codes; 0 when a group spans the chunk).
+template <int P>
+inline __m512i lane_groups(int64_t gs) {
+  alignas(64) int32_t idx[L];
+  for (int l = 0; l < L; ++l) idx[l] = gs < P * L ? int32_t(l * P / gs) : 0;
+  return _mm512_load_si512(idx);
+}
+
+// Rows [r0, r1) of an affine matvec through block.template operator()<S, R>(r, sb): R = 4 rows
+// side by side where matvec_row_streams() says so, then single rows; S is w's scale type and
+// sb per-thread scratch for R rows' scales.
+template <typename Block>
+inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& block) {
+  float* sb = scratch(1, size_t(4 * (w.cols / w.group_size + 2 * L)));
+  auto rows = [&]<DType S>() {
+    int64_t r = r0;
+    if (matvec_row_streams() == 4)
+      for (; r + 4 <= r1; r += 4) block.template operator()<S, 4>(r, sb);
+    for (; r < r1; ++r) block.template operator()<S, 1>(r, sb);
+  };
+  switch (w.sdtype) {
+    case DType::F16: return rows.template operator()<DType::F16>();
+    case DType::BF16: return rows.template operator()<DType::BF16>();
+    default: return rows.template operator()<DType::F32>();
+  }
+}
+
+// The per-row start of the affine matvec kernels: row r's scales (times x's step dx_g per
+// group, when dx is given) into sb, padded with 16 zeros for the lane permutes, and its bias
+// terms sum_g bias_g * gsum_g returned as unreduced lanes. sbytes: bytes of one row's scales.
+template <DType S>
+inline __m512 row_scales_bias(const QWeight& w, int64_t r, int64_t sbytes, const float* gsum, const float* dx,
+                              float* sb) {
+  const int64_t ng = w.cols / w.group_size;
+  const uint8_t *sp = w.scales + r * sbytes, *bp = w.biases + r * sbytes;
+  __m512 acc = _mm512_setzero_ps();
+  int64_t g = 0;
+  for (; g < ng; g += L) {
+    const __mmask16 m = tail_mask(ng - g);
+    const __m512 sv = load16<S>(sp, g, m);
+    _mm512_storeu_ps(sb + g, dx ? _mm512_mul_ps(sv, _mm512_loadu_ps(dx + g)) : sv);
+    acc = _mm512_fmadd_ps(load16<S>(bp, g, m), _mm512_loadu_ps(gsum + g), acc);
+  }
+  _mm512_storeu_ps(sb + g, _mm512_setzero_ps());
+  return acc;
+}
+
+// The start of a block of R affine rows r..r+R-1: their scales and biases of the rows
+// kParamsAhead further prefetched (+5-11% decode on the dev VM, kernels.h), then per row its
+// scales (times dx) into sb at i * sn, its bias terms into acc[i] and its codes' address
+// into q[i]. Returns sn, the floats of sb per row.
+template <DType S, int R>
+inline int64_t start_rows(const QWeight& w, int64_t r, const float* gsum, const float* dx, float* sb, __m512* acc,
+                          const uint32_t** q) {
+  const int64_t ng = w.cols / w.group_size, sn = ng + 2 * L, words = w.cols * w.bits / 32;
+  const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
+  prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    acc[i] = row_scales_bias<S>(w, r + i, sbytes, gsum, dx, sb + i * sn);
+    q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i) * words;
+  }
+  return sn;
+}
+
 // Scales of row r into sb and (if bb) biases into bb, each padded with >= 16 zeros after
 // the n_groups values; returns the lanes of sum_g bias_g * gsum_g (0 without gsum), unreduced.
 inline __m512 affine_row_params_v(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb) {

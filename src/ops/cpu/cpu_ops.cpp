@@ -143,30 +143,16 @@ std::vector<cpu::PreparedX>& prepared_pool(size_t n) {
 }
 }  // namespace
 
-void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const* ys) {
-  MF_ASSERT(n >= 1 && n <= 8);
-  for (int i = 1; i < n; ++i)
-    if (!same_layout(*ws[0], *ws[i])) {
-      for (int j = 0; j < n; ++j) matvec_multi(1, ws + j, x, ys + j);
-      return;
-    }
-  const cpu::Kernels& k = kernels();
-  cpu::PreparedX& px = prepared_x();
-  prepare_for(k, *ws[0], x, &px);
-  const cpu::PreparedX* pxs[8];
-  std::fill(pxs, pxs + n, &px);
-  rows_region(k, n, ws, pxs, ys);
-}
-
-void matvec_multi_epilogue(int n, const QWeight* const* ws, const float* x, float* const* ys, int64_t align,
-                           const std::function<void(int, int64_t, int64_t)>& epilogue) {
+namespace {
+// matvec_multi, with `then` (if any) on each range of whole `align` blocks right after it.
+void matvec_multi_then(int n, const QWeight* const* ws, const float* x, float* const* ys, int64_t align,
+                       const std::function<void(int, int64_t, int64_t)>* then) {
   MF_ASSERT(n >= 1 && n <= 8 && align >= 1);
-  for (int i = 0; i < n; ++i) MF_ASSERT(ws[i]->rows % align == 0);
   for (int i = 1; i < n; ++i)
     if (!same_layout(*ws[0], *ws[i])) {
       for (int j = 0; j < n; ++j) {
-        matvec_multi(1, ws + j, x, ys + j);
-        epilogue(j, 0, ws[j]->rows);
+        matvec_multi_then(1, ws + j, x, ys + j, 1, nullptr);
+        if (then) (*then)(j, 0, ws[j]->rows);
       }
       return;
     }
@@ -175,7 +161,18 @@ void matvec_multi_epilogue(int n, const QWeight* const* ws, const float* x, floa
   prepare_for(k, *ws[0], x, &px);
   const cpu::PreparedX* pxs[8];
   std::fill(pxs, pxs + n, &px);
-  rows_region(k, n, ws, pxs, ys, align, &epilogue);
+  rows_region(k, n, ws, pxs, ys, align, then);
+}
+}  // namespace
+
+void matvec_multi(int n, const QWeight* const* ws, const float* x, float* const* ys) {
+  matvec_multi_then(n, ws, x, ys, 1, nullptr);
+}
+
+void matvec_multi_epilogue(int n, const QWeight* const* ws, const float* x, float* const* ys, int64_t align,
+                           const std::function<void(int, int64_t, int64_t)>& epilogue) {
+  for (int i = 0; i < n; ++i) MF_ASSERT(align >= 1 && ws[i]->rows % align == 0);
+  matvec_multi_then(n, ws, x, ys, align, &epilogue);
 }
 
 void add_scaled(float a, const float* x, float* y, int64_t n) { kernels().add_scaled(a, x, y, n); }

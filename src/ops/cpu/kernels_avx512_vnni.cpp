@@ -157,26 +157,11 @@ template <int BITS, DType S, int R>
 void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, float* sb, __m512i lg) {
   constexpr int P = 32 / BITS, CH = P * L, ND = BITS == 4 ? 6 : 3;
   constexpr int64_t CD = kChunkDigits<BITS>;
-  const int64_t gs = w.group_size, words = w.cols / P, ng = w.cols / gs, sn = ng + 2 * L;
-  const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
-  const float *gsum = px.gsum.data(), *dx = px.dx.data();
+  const int64_t words = w.cols / P;
   __m512 acc[R];
   const uint32_t* q[R];
-  prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    const uint8_t *sp = w.scales + (r + i) * sbytes, *bp = w.biases + (r + i) * sbytes;
-    acc[i] = _mm512_setzero_ps();
-    int64_t g = 0;
-    for (; g < ng; g += L) {
-      const __mmask16 m = tail_mask(ng - g);
-      _mm512_storeu_ps(sb + i * sn + g, _mm512_mul_ps(load16<S>(sp, g, m), _mm512_loadu_ps(dx + g)));
-      acc[i] = _mm512_fmadd_ps(load16<S>(bp, g, m), _mm512_loadu_ps(gsum + g), acc[i]);
-    }
-    _mm512_storeu_ps(sb + i * sn + g, _mm512_setzero_ps());
-    q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i) * words;
-  }
-  GroupCursor gc(CH, gs);
+  const int64_t sn = start_rows<S, R>(w, r, px.gsum.data(), px.dx.data(), sb, acc, q);
+  GroupCursor gc(CH, w.group_size);
   const int8_t* xd = px.xd.data();
   for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
     const __mmask16 tm = tail_mask(words - wi);
@@ -195,32 +180,10 @@ void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
   for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);  // one reduction per row
 }
 
-// Lane l's group offset within a chunk (as the float kernel's lane_groups).
-template <int P>
-inline __m512i lane_groups(int64_t gs) {
-  alignas(64) int32_t idx[L];
-  for (int l = 0; l < L; ++l) idx[l] = gs < P * L ? int32_t(l * P / gs) : 0;
-  return _mm512_load_si512(idx);
-}
-
-template <int BITS, DType S>
-void digit_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
-  constexpr int R = 4;
-  const __m512i lg = lane_groups<32 / BITS>(w.group_size);
-  float* sb = scratch(1, size_t(R * (w.cols / w.group_size + 2 * L)));
-  int64_t r = r0;
-  if (matvec_row_streams() == R)
-    for (; r + R <= r1; r += R) digit_rows_block<BITS, S, R>(w, px, y, r, sb, lg);
-  for (; r < r1; ++r) digit_rows_block<BITS, S, 1>(w, px, y, r, sb, lg);
-}
-
 template <int BITS>
 void digit_matvec(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
-  switch (w.sdtype) {
-    case DType::F16: return digit_matvec_rows<BITS, DType::F16>(w, px, y, r0, r1);
-    case DType::BF16: return digit_matvec_rows<BITS, DType::BF16>(w, px, y, r0, r1);
-    default: return digit_matvec_rows<BITS, DType::F32>(w, px, y, r0, r1);
-  }
+  const __m512i lg = lane_groups<32 / BITS>(w.group_size);
+  for_row_blocks(w, r0, r1, [&]<DType S, int R>(int64_t r, float* sb) { digit_rows_block<BITS, S, R>(w, px, y, r, sb, lg); });
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
