@@ -31,11 +31,11 @@ inline void for_each_interleaved(int64_t cols, int64_t P, int64_t lanes, F&& fn)
       for (int64_t k = 0; k < P; ++k) fn(j * chunk + l * P + k, j * chunk + k * lanes + l, k);
 }
 
-// x (T, cols) prepared for one weight and one ISA; read-only while rows run in parallel.
 // The integer path's largest |q| for codes of `bits`: three balanced base-256 int8 digits hold
 // about 24 bits; 8-bit codes keep 22, so that 4 codes < 256 times q stay inside int32.
 constexpr int32_t digit_qmax(int bits) { return bits == 4 ? 127 << 16 : (1 << 21) - 1; }
 
+// x (T, cols) prepared for one weight and one ISA; read-only while rows run in parallel.
 struct PreparedX {
   int64_t T = 0, cols = 0;
   bool interleaved = false;  // affine fast path: xs holds lane-interleaved x

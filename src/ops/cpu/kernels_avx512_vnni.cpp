@@ -10,9 +10,7 @@
 // tests/ops/test_ops_cpu.cpp against that bound.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
@@ -45,7 +43,7 @@ constexpr int64_t kChunkDigits = BITS == 4 ? 384 : 192;
 
 bool fits(const QWeight& w) {
   if (w.format != WFormat::Affine || (w.bits != 4 && w.bits != 8)) return false;
-  const int64_t gs = w.group_size, ch = w.bits == 4 ? 128 : 64;
+  const int64_t gs = w.group_size, ch = w.bits == 4 ? kChunkCodes<4> : kChunkCodes<8>;
   return gs > 0 && gs % 32 == 0 && w.cols % gs == 0 && (ch % gs == 0 || gs % ch == 0);
 }
 
@@ -86,9 +84,9 @@ bool prepare_digits_bits(const QWeight& w, const float* x, PreparedX* px) {
       mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
       sm = _mm512_add_ps(sm, v);
     }
-    const float m = _mm512_reduce_max_ps(mx);
-    if (!std::isfinite(m) || std::isnan(_mm512_reduce_add_ps(sm))) return false;
-    px->gsum[size_t(g)] = _mm512_reduce_add_ps(sm);
+    const float m = _mm512_reduce_max_ps(mx), sum = _mm512_reduce_add_ps(sm);
+    if (!std::isfinite(m) || std::isnan(sum)) return false;
+    px->gsum[size_t(g)] = sum;
     // A step too small for 1 / step to be finite leaves the group at zero (|x| < 1e-32).
     const float step = m / qmax;
     const bool tiny = !(step > 0.0f) || !std::isfinite(1.0f / step);

@@ -60,12 +60,9 @@ float dot_scalar(const float* a, const float* b, int64_t n) {
   return acc;
 }
 
+// Compiled without FMA (this file has no target pragma): the product is rounded, then added,
+// so it also serves as the table's add_scaled.
 void axpy_scalar(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-// Compiled without FMA (this file has no target pragma): the product is rounded, then added.
-void add_scaled_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
@@ -94,7 +91,7 @@ void matmul_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t
 
 const Kernels& kernels_scalar() {
   static const Kernels k{1, nullptr, matvec_rows_scalar, matmul_rows_scalar, decode_row_scalar, dot_scalar,
-                         axpy_scalar, add_scaled_scalar, swiglu_ref};
+                         axpy_scalar, axpy_scalar, swiglu_ref};
   return k;
 }
 
