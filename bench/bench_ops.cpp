@@ -174,10 +174,12 @@ std::string load_average() {
 void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   auto add_set = [&](test::OwnedWeight o) { return keep.emplace_back(std::make_unique<WeightSet>(std::move(o))).get(); };
   const std::vector<int> thread_counts = g_cores > 1 ? std::vector<int>{1, g_cores} : std::vector<int>{1};
-    // Real shapes, 4-bit g64 (the MLX default): expert gate/up, expert down, q / o projections.
+    // Real shapes, 4-bit g64 (the MLX default): expert gate/up, expert down, q / o projections,
+  // the output head (175 MB: the largest single matvec of a decode step).
   struct Shape { int64_t rows, cols; const char* what; };
   const Shape shapes[] = {{768, 2048, "expert_gate_up"}, {2048, 768, "expert_down"},
-                          {4096, 2048, "attn_q"}, {2048, 4096, "attn_o"}};
+                          {4096, 2048, "attn_q"}, {2048, 4096, "attn_o"},
+                          {151936, 2048, "lm_head"}};
   const CpuIsa isas_q[] = {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni};  // + x in int8 digits
   for (const Shape& s : shapes) {
     const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1));

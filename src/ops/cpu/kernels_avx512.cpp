@@ -218,15 +218,16 @@ void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t 
   const uint32_t* q[R];
   const int64_t sn = start_rows<S, R>(w, r, px.gsum.data(), nullptr, sb, acc, q);
   GroupCursor gc(CH, w.group_size);
+  const int64_t ahead = prefetch_distance(words * 4, R);
   for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
     const __mmask16 tm = tail_mask(words - wi);
     __m512i v[R];
     __m512 c[R][2];
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      // Software prefetch 4 KiB ahead: the decode is heavy enough that the hardware
+      // Software prefetch whole blocks ahead: the decode is heavy enough that the hardware
       // prefetcher alone leaves DRAM idle (measured: +50% on cold 4-bit rows).
-      _mm_prefetch(reinterpret_cast<const char*>(q[i] + wi) + 4096, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(q[i] + wi) + ahead, _MM_HINT_T0);
       v[i] = words - wi >= L ? _mm512_loadu_si512(q[i] + wi) : _mm512_maskz_loadu_epi32(tm, q[i] + wi);
       c[i][0] = c[i][1] = _mm512_setzero_ps();
     }

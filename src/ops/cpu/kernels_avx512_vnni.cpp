@@ -160,6 +160,7 @@ void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
   const uint32_t* q[R];
   const int64_t sn = start_rows<S, R>(w, r, px.gsum.data(), px.dx.data(), sb, acc, q);
   GroupCursor gc(CH, w.group_size);
+  const int64_t ahead = prefetch_distance(words * 4, R);
   const int8_t* xd = px.xd.data();
   for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
     const __mmask16 tm = tail_mask(words - wi);
@@ -168,7 +169,7 @@ void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
     for (int k = 0; k < ND; ++k) d[k] = _mm512_load_si512(xd + j * CD + 64 * k);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(q[i] + wi) + 4096, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(q[i] + wi) + ahead, _MM_HINT_T0);
       const __m512i v = words - wi >= L ? _mm512_loadu_si512(q[i] + wi) : _mm512_maskz_loadu_epi32(tm, q[i] + wi);
       const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + i * sn + gc.g));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(chunk_sum<BITS>(v, d)), sv, acc[i]);
