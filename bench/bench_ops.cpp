@@ -225,7 +225,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
     for (int t : thread_counts)
       benchmark::RegisterBenchmark(("Matmul/q4g64/expert_gate_up/T:" + std::to_string(T) + "/threads:" + std::to_string(t)).c_str(),
                                    bm_matmul, keep[0].get(), T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
-  for (int64_t ctx : {512, 4096})
+  for (int64_t ctx : {32, 512, 4096})
     for (int t : thread_counts)
       benchmark::RegisterBenchmark(("Attention/ctx:" + std::to_string(ctx) + "/threads:" + std::to_string(t)).c_str(),
                                    bm_attention, ctx, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);

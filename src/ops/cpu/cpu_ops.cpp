@@ -74,8 +74,9 @@ void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
   if (pool.size() == 1) return fn(int64_t(0), rows);
   if (!guided_rows()) return pool.parallel_for(rows, row_grain(rows, row_work, pool.size(), m), fn);
   // Guided chunks: long first runs, short last ones (at least kChunkMinBytes), in multiples
-  // of m and of the matvec's 4-row blocks.
-  const int64_t mult = std::lcm<int64_t>(m, 4);
+  // of m (matvec callers pass a multiple of its 4-row blocks; items such as attention heads
+  // pass 1, or 4 items would make one chunk and run on one thread).
+  const int64_t mult = m;
   const int64_t min_rows = (std::max<int64_t>(1, kChunkMinBytes / std::max<int64_t>(1, row_work)) + mult - 1) / mult * mult;
   pool.parallel_for_guided(rows, min_rows, mult, fn);
 }
@@ -112,7 +113,7 @@ void rows_region(const cpu::Kernels& k, int n, const QWeight* const* ws, const c
                  const std::function<void(int, int64_t, int64_t)>* then = nullptr) {
   int64_t rows = 0;
   for (int i = 0; i < n; ++i) rows += ws[i]->rows;
-  for_rows(rows, int64_t(ws[0]->row_bytes()), align, [&](int64_t r0, int64_t r1) {
+  for_rows(rows, int64_t(ws[0]->row_bytes()), std::lcm<int64_t>(align, 4), [&](int64_t r0, int64_t r1) {
     int64_t base = 0;
     for (int i = 0; i < n && base < r1; base += ws[i]->rows, ++i) {
       const int64_t lo = std::max(r0, base), hi = std::min(r1, base + ws[i]->rows);
@@ -451,9 +452,13 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
       const int64_t h0 = g * group + s * per_slice, nh = std::min(per_slice, (g + 1) * group - h0);
       if (nh <= 0) continue;
       const int64_t n_ctx = len0 + t + 1, first = window > 0 && n_ctx > window ? n_ctx - window : 0;
-      attend_heads(kn, q + (t * n_heads + h0) * head_dim, nh, k + first * n_kv_heads * head_dim,
-                   v + first * n_kv_heads * v_dim, n_ctx - first, n_kv_heads, g, head_dim, v_dim, scale, p,
-                   out + (t * n_heads + h0) * v_dim);
+      const float *qh = q + (t * n_heads + h0) * head_dim, *kf = k + first * n_kv_heads * head_dim,
+                  *vf = v + first * n_kv_heads * v_dim;
+      float* oh = out + (t * n_heads + h0) * v_dim;
+      if (kn.attend && kn.attend(qh, nh, kf + g * head_dim, vf + g * v_dim, n_ctx - first, n_kv_heads * head_dim,
+                                 n_kv_heads * v_dim, head_dim, v_dim, scale, p, oh))
+        continue;
+      attend_heads(kn, qh, nh, kf, vf, n_ctx - first, n_kv_heads, g, head_dim, v_dim, scale, p, oh);
     }
   };
   const int64_t per_item = (len0 + (T + 1) / 2) * (head_dim + v_dim) * 4 * per_slice;  // average context

@@ -86,12 +86,22 @@ struct Kernels {
   void (*add_scaled)(float a, const float* x, float* y, int64_t n);
   // out[i] = silu(gate[i]) * up[i] (out may be gate): swiglu_ref, or within a few ulps of it.
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
+  // Optional (nullptr: the caller's dot / softmax / axpy loop): query heads [0, nh) (q: nh x
+  // head_dim) sharing one kv head over n_ctx positions, K row t at k + t * kstride and V row t
+  // at v + t * vstride; p: nh * n_ctx floats of scratch; out: nh x v_dim. Per head the result
+  // does not depend on nh. False (nothing written) for shapes it does not take.
+  bool (*attend)(const float* q, int64_t nh, const float* k, const float* v, int64_t n_ctx, int64_t kstride,
+                 int64_t vstride, int64_t head_dim, int64_t v_dim, float scale, float* p, float* out);
 };
 
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 const Kernels& kernels_avx512_vnni();
+
+// Kernels::attend of the AVX-512 tables (attend_avx512.cpp).
+bool attend_avx512(const float* q, int64_t nh, const float* k, const float* v, int64_t n_ctx, int64_t kstride,
+                   int64_t vstride, int64_t head_dim, int64_t v_dim, float scale, float* p, float* out);
 
 // Floats of scratch decode_row needs for each of sb and bb.
 inline size_t decode_params_size(const QWeight& w) { return size_t(w.cols / std::max<int64_t>(1, w.group_size) + 32); }
