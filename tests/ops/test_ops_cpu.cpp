@@ -452,7 +452,7 @@ TEST(OpsCpu, Fp8NanPropagates) {
 TEST(OpsCpu, AttentionMatchesReference) {
   struct Case { int64_t n_ctx, n_heads, n_kv_heads, head_dim, v_dim; };
   for (const Case& c : {Case{1, 4, 4, 64, 64}, Case{7, 8, 2, 128, 128}, Case{67, 16, 4, 72, 40},
-                        Case{513, 32, 4, 128, 128}}) {
+                        Case{513, 32, 4, 128, 128}, Case{9, 6, 2, 40, 272} /* v_dim > 256: the generic loop */}) {
     const auto q = test::randn(size_t(c.n_heads * c.head_dim), 1);
     const auto k = test::randn(size_t(c.n_ctx * c.n_kv_heads * c.head_dim), 2);
     const auto v = test::randn(size_t(c.n_ctx * c.n_kv_heads * c.v_dim), 3);
