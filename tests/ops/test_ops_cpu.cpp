@@ -243,7 +243,8 @@ TEST(OpsCpu, MatvecMultiMatchesReference) {
 }
 
 // The epilogue sees each weight's rows once, in ranges of whole `align` blocks, after they
-// were computed (it checks them against matvec_multi's), on 1 and 3 threads and every ISA.
+// were computed (it checks them against matvec_multi's), on 1, 3 and 16 threads and every ISA
+// (threads share blocks: each runs on the thread that finishes the block's last rows).
 TEST(OpsCpu, MatvecMultiEpilogueRunsOnWholeComputedBlocks) {
   std::vector<OwnedWeight> os;
   os.push_back(test::random_affine(4096, 2048, 4, 64, DType::BF16, 51));  // q (> 256 KiB: threads)
@@ -252,7 +253,7 @@ TEST(OpsCpu, MatvecMultiEpilogueRunsOnWholeComputedBlocks) {
   const int64_t align = 128;
   const auto x = test::randn(2048, 54);
   const std::vector<const QWeight*> ws = views(os);
-  for (int threads : {1, 3})
+  for (int threads : {1, 3, 16})
     for (CpuIsa isa : isas()) {
       set_cpu_threads(threads);
       ScopedCpuIsa scoped(isa);

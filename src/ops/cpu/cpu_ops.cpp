@@ -106,20 +106,35 @@ void prepare_for(const cpu::Kernels& k, const QWeight& w, const float* x, cpu::P
 
 // Rows of n weights, weight i against its prepared x pxs[i], split over the threads in one
 // parallel region: global row r0..r1 spans the weights in order. Rows are dealt out as if
-// they cost the same (the callers pass weights of one layout and shape), in multiples of
-// `align`; `then` (if any) runs on each weight's range right after it.
+// they cost the same (the callers pass weights of one layout and shape), in multiples of the
+// matvec's 4-row blocks. `then` (if any) runs once on each block of `align` rows of a weight
+// (each weight's rows a multiple of align), on the thread that finishes the block's last rows:
+// chunks need not be whole blocks, so that few large blocks (a head's 128 rows) do not leave
+// threads idle at the end of the region.
 void rows_region(const cpu::Kernels& k, int n, const QWeight* const* ws, const cpu::PreparedX* const* pxs,
                  float* const* ys, int64_t align = 1,
                  const std::function<void(int, int64_t, int64_t)>* then = nullptr) {
   int64_t rows = 0;
   for (int i = 0; i < n; ++i) rows += ws[i]->rows;
-  for_rows(rows, int64_t(ws[0]->row_bytes()), std::lcm<int64_t>(align, 4), [&](int64_t r0, int64_t r1) {
+  // Rows computed so far per block of align global rows (blocks never straddle two weights).
+  std::vector<std::atomic<int32_t>> done(then && align > 1 ? size_t(rows / align) : 0);
+  for_rows(rows, int64_t(ws[0]->row_bytes()), 4, [&](int64_t r0, int64_t r1) {
     int64_t base = 0;
     for (int i = 0; i < n && base < r1; base += ws[i]->rows, ++i) {
       const int64_t lo = std::max(r0, base), hi = std::min(r1, base + ws[i]->rows);
       if (lo >= hi) continue;
       k.matvec_rows(*ws[i], *pxs[i], ys[i], lo - base, hi - base);
-      if (then) (*then)(i, lo - base, hi - base);
+      if (!then) continue;
+      if (done.empty()) {
+        (*then)(i, lo - base, hi - base);
+        continue;
+      }
+      // acq_rel: the thread that completes a block sees the other threads' rows of it.
+      for (int64_t b = lo / align; b * align < hi; ++b) {
+        const int32_t part = int32_t(std::min(hi, (b + 1) * align) - std::max(lo, b * align));
+        if (done[size_t(b)].fetch_add(part, std::memory_order_acq_rel) + part == align)
+          (*then)(i, b * align - base, (b + 1) * align - base);
+      }
     }
   });
 }
