@@ -16,10 +16,7 @@
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC push_options
+#include "ops/cpu/avx512_begin.h"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 
 namespace moeflux::cpu {

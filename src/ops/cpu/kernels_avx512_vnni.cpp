@@ -17,12 +17,7 @@
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
 
-// g++ 12 flags the intrinsics headers' deliberately undefined vectors (_mm512_undefined_*)
-// once they are inlined here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC push_options
+#include "ops/cpu/avx512_begin.h"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 
 namespace moeflux::cpu {
