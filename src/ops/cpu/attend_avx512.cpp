@@ -7,7 +7,6 @@
 // benchmarked by bench_ops (Attention/ctx:N).
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstdint>
 #include <limits>
 

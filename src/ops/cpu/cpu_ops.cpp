@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <numeric>
 #include <string>
 
 #include "core/cpu_features.h"
@@ -76,9 +75,8 @@ void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
   // Guided chunks: long first runs, short last ones (at least kChunkMinBytes), in multiples
   // of m (matvec callers pass a multiple of its 4-row blocks; items such as attention heads
   // pass 1, or 4 items would make one chunk and run on one thread).
-  const int64_t mult = m;
-  const int64_t min_rows = (std::max<int64_t>(1, kChunkMinBytes / std::max<int64_t>(1, row_work)) + mult - 1) / mult * mult;
-  pool.parallel_for_guided(rows, min_rows, mult, fn);
+  const int64_t min_rows = (std::max<int64_t>(1, kChunkMinBytes / std::max<int64_t>(1, row_work)) + m - 1) / m * m;
+  pool.parallel_for_guided(rows, min_rows, m, fn);
 }
 
 // Weights whose x can be prepared once for all of them (same layout and width).
