@@ -1,10 +1,12 @@
 // MmapFile: mapped and resident (copied) files hold the same bytes; a resident copy keeps its
-// data through drop_pages, also when read in several pieces; empty and missing files.
+// data through drop_pages, also when read in several pieces, and every piece is read-only;
+// empty and missing files.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,7 +44,23 @@ TEST(MmapFile, ResidentCopyHoldsTheFileBytes) {
   EXPECT_EQ(std::vector<uint8_t>(mapped.data(), mapped.data() + n), want);
 }
 
-// Files over 64 MiB are read in pieces by several threads: every piece lands in its place.
+// The permissions /proc/self/maps gives to each mapping overlapping [b, e), in address order.
+std::vector<std::string> permissions(uintptr_t b, uintptr_t e) {
+  std::ifstream maps("/proc/self/maps");
+  std::vector<std::string> out;
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream ss(line);
+    std::string range, perms;
+    ss >> range >> perms;
+    const size_t dash = range.find('-');
+    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16), hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (lo < e && hi > b) out.push_back(perms);
+  }
+  return out;
+}
+
+// Files over 64 MiB are read in pieces by several threads: every piece lands in its place and
+// is made read-only (each piece is protected on its own, right after its copy).
 TEST(MmapFile, ResidentCopyOfSeveralPieces) {
   test::TempDir dir;
   const std::string path = dir.file("big.bin");
@@ -51,6 +69,9 @@ TEST(MmapFile, ResidentCopyOfSeveralPieces) {
   MmapFile res(path, MapMode::Resident);
   ASSERT_EQ(res.size(), n);
   EXPECT_TRUE(std::equal(want.begin(), want.end(), res.data()));
+  const auto perms = permissions(reinterpret_cast<uintptr_t>(res.data()), reinterpret_cast<uintptr_t>(res.data()) + n);
+  ASSERT_FALSE(perms.empty());
+  for (const std::string& p : perms) EXPECT_EQ(p.substr(0, 3), "r--") << p;
 }
 
 TEST(MmapFile, EmptyAndMissingFiles) {
