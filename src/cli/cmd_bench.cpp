@@ -37,6 +37,7 @@ struct BenchArgs {
 struct Row {
   std::string test;
   double mean = 0, sd = 0;  // tokens/s
+  std::vector<double> samples;     // tokens/s of each measured run, in order (JSON samples_ts)
   double gbs = 0, bw_pct = 0, gflops = 0, fma_pct = 0;
   double seconds = 0;              // measured runs, warm-up excluded
   PoolProfile pool;                // --profile: the thread pool over the measured runs
@@ -126,6 +127,7 @@ Runner register_bench(CLI::App& app) {
       stats_into(row);
       if (a->profile) row.pool = ThreadPool::profile(), ThreadPool::set_profiling(false);
       std::tie(row.mean, row.sd) = mean_sd(tps);
+      row.samples = std::move(tps);
       return row;
     };
     if (a->pp > 0) {
@@ -162,7 +164,8 @@ Runner register_bench(CLI::App& app) {
       if (cache) j["disk_read_gbs"] = disk, j["disk_read_direct"] = disk_direct;
       for (const auto& r : rows) {
         nlohmann::ordered_json t = {{"test", r.test}, {"tps_mean", r.mean}, {"tps_sd", r.sd}, {"gbs", r.gbs},
-                                    {"read_bw_pct", r.bw_pct}, {"gflops", r.gflops}, {"fma_pct", r.fma_pct}};
+                                    {"read_bw_pct", r.bw_pct}, {"gflops", r.gflops}, {"fma_pct", r.fma_pct},
+                                    {"samples_ts", r.samples}};
         if (r.streamed) {
           t["expert_cache"] = stream_stats_json(r.cache, cache->options());
           t["stall_pct"] = r.seconds > 0 ? 100.0 * r.cache.stall_s / r.seconds : 0.0;

@@ -90,6 +90,12 @@ TEST(BenchCli, TableAndJson) {
   ASSERT_FALSE(j.is_discarded()) << json;
   ASSERT_EQ(j["tests"].size(), 2u);
   EXPECT_GT(j["tests"][0]["tps_mean"].get<double>(), 0);
+  // One sample per measured run (the warm-up excluded), and their mean is tps_mean.
+  for (const auto& t : j["tests"]) {
+    const auto samples = t["samples_ts"].get<std::vector<double>>();
+    ASSERT_EQ(samples.size(), 2u) << t;
+    EXPECT_NEAR((samples[0] + samples[1]) / 2, t["tps_mean"].get<double>(), 1e-9 * t["tps_mean"].get<double>());
+  }
   EXPECT_GT(j["read_bw_gbs"].get<double>(), 0);
   // 15.5 M parameters, of which one embedding row and 4 of 16 experts are used per token
   EXPECT_NEAR(j["params"].get<double>(), 15.49e6, 0.02e6);
