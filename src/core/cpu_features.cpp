@@ -89,6 +89,19 @@ std::atomic<int>& row_streams() {
 
 int matvec_row_streams() { return row_streams().load(std::memory_order_relaxed); }
 
+namespace {
+std::atomic<bool>& row_spread() {
+  static std::atomic<bool> on{[] {
+    const char* env = std::getenv("MOEFLUX_MATVEC_SPREAD");
+    return !(env && std::string(env) == "0");
+  }()};
+  return on;
+}
+}  // namespace
+
+bool matvec_row_spread() { return row_spread().load(std::memory_order_relaxed); }
+void set_matvec_row_spread(bool on) { row_spread().store(on, std::memory_order_relaxed); }
+
 void set_matvec_row_streams(int rows) {
   if (rows != 1 && rows != 4) fail("matvec row streams: ", rows, " (expected 1 or 4)");
   row_streams().store(rows, std::memory_order_relaxed);

@@ -37,6 +37,11 @@ std::optional<CpuIsa> cpu_isa_from_name(std::string_view s);
 int matvec_row_streams();
 // Sets it (1 or 4; tests, benchmarks). Raises Error on another value.
 void set_matvec_row_streams(int rows);
+// Whether those four rows may be spread over a range (four sequential streams instead of four
+// adjacent rows; ops/cpu/avx512_util.h, for_row_blocks). Default on; $MOEFLUX_MATVEC_SPREAD=0
+// turns it off. Bit-identical either way.
+bool matvec_row_spread();
+void set_matvec_row_spread(bool on);
 
 // Number of physical cores this process may run on (SMT siblings counted once), read at the
 // first call.

@@ -178,11 +178,13 @@ TEST(OpsCpu, MatvecAffineEveryWidthAndGroup) {
         }
 }
 
-// Reading 4 rows side by side (matvec_row_streams) gives the same bits as one row at a time,
-// at every ISA and thread count (so the choice per CPU changes speed only), including row
-// counts that leave a tail of 1-3 rows.
+// Reading 4 rows side by side (matvec_row_streams), adjacent or spread over the range
+// (matvec_row_spread: 67 and 513 rows of 2048 4- and 8-bit columns have quarters of >= 16 KiB),
+// gives the same bits as one row at a time, at every ISA and thread count (so the choice per
+// CPU changes speed only), including row counts that leave a tail of 1-3 rows.
 TEST(OpsCpu, MatvecRowStreamsAreBitIdentical) {
   const int prev = matvec_row_streams();
+  const bool prev_spread = matvec_row_spread();
   uint32_t seed = 900;
   for (int bits : {2, 4, 8})
     for (int64_t rows : {7, 67, 513})
@@ -193,16 +195,22 @@ TEST(OpsCpu, MatvecRowStreamsAreBitIdentical) {
           for (CpuIsa isa : isas()) {
             set_cpu_threads(threads);
             ScopedCpuIsa scoped(isa);
-            std::vector<float> y1(size_t(rows), NAN), y4(size_t(rows), NAN);
+            std::vector<float> y1(size_t(rows), NAN), y4(size_t(rows), NAN), y4s(size_t(rows), NAN);
             set_matvec_row_streams(1);
             matvec(o.w, x.data(), y1.data());
             set_matvec_row_streams(4);
+            set_matvec_row_spread(false);
             matvec(o.w, x.data(), y4.data());
+            set_matvec_row_spread(true);
+            matvec(o.w, x.data(), y4s.data());
             EXPECT_EQ(std::memcmp(y1.data(), y4.data(), y1.size() * sizeof(float)), 0)
                 << o.name() << " isa " << cpu_isa_name(isa) << " threads " << threads;
+            EXPECT_EQ(std::memcmp(y1.data(), y4s.data(), y1.size() * sizeof(float)), 0)
+                << o.name() << " spread, isa " << cpu_isa_name(isa) << " threads " << threads;
           }
       }
   set_matvec_row_streams(prev);
+  set_matvec_row_spread(prev_spread);
   set_cpu_threads(0);
   EXPECT_THROW(set_matvec_row_streams(2), Error);
 }

@@ -3,6 +3,15 @@
 // so each file gets its own copies compiled for its ISA; not a standalone header.
 // NOLINT(build/header_guard): deliberately re-included per ISA file.
 
+// v, pinned in a register: the compiler otherwise folds a load of codes into each instruction
+// that uses them (the AND and the shift of a 4-bit chunk: two loads of the same line). Reading
+// each 64-byte line of codes from DRAM twice ran a 4-row loop at 25 vs 41 GB/s on one dev Zen 5
+// core (docs/benchmarks.md, tenth pass).
+inline __m512i in_register(__m512i v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
 inline __mmask16 tail_mask(int64_t n) { return n >= L ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
 
 // e4m3fn -> f32 / 256: the 7 low bits shifted into an f16 (exponent bias 15 vs 7) give the
@@ -65,17 +74,31 @@ inline __m512i lane_groups(int64_t gs) {
   return _mm512_load_si512(idx);
 }
 
-// Rows [r0, r1) of an affine matvec through block.template operator()<S, R>(r, sb): R = 4 rows
-// side by side where matvec_row_streams() says so, then single rows; S is w's scale type and
-// sb per-thread scratch for R rows' scales.
+// Rows [r0, r1) of an affine matvec through block.template operator()<S, R>(r, stride, sb):
+// rows r, r + stride, ..., r + (R - 1) * stride side by side, R = 4 where
+// matvec_row_streams() says so, then single rows; S is w's scale type and sb per-thread
+// scratch for R rows' scales. Four rows side by side are four streams of codes. Adjacent rows
+// interleave them inside each 4 KiB page, which the dev Zen 5 streams from DRAM at 70-80% of
+// its read loop. Where matvec_row_spread() allows and each quarter of the range holds at
+// least kSpreadMinBytes of codes, the four rows are r0 + k + {0, 1, 2, 3} * q (q = a quarter):
+// four sequential streams, at 90-100% of the read loop (docs/benchmarks.md, tenth pass).
+// Shorter quarters would restart the streams too often. Each row's arithmetic is the same
+// either way.
+constexpr int64_t kSpreadMinBytes = 16 << 10;
 template <typename Block>
 inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& block) {
   float* sb = scratch(1, size_t(4 * (w.cols / w.group_size + 2 * L)));
   auto rows = [&]<DType S>() {
     int64_t r = r0;
-    if (matvec_row_streams() == 4)
-      for (; r + 4 <= r1; r += 4) block.template operator()<S, 4>(r, sb);
-    for (; r < r1; ++r) block.template operator()<S, 1>(r, sb);
+    if (matvec_row_streams() == 4) {
+      const int64_t q = (r1 - r0) / 4;
+      if (matvec_row_spread() && q * int64_t(w.row_bytes()) >= kSpreadMinBytes) {
+        for (int64_t k = 0; k < q; ++k) block.template operator()<S, 4>(r0 + k, q, sb);
+        r = r0 + 4 * q;
+      }
+      for (; r + 4 <= r1; r += 4) block.template operator()<S, 4>(r, 1, sb);
+    }
+    for (; r < r1; ++r) block.template operator()<S, 1>(r, 1, sb);
   };
   switch (w.sdtype) {
     case DType::F16: return rows.template operator()<DType::F16>();
@@ -89,8 +112,10 @@ inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& blo
 // shorter than the block lands in rows of the same block, which are being read already: with
 // 4 KiB, 4096-column rows (2 KiB each) were half unprefetched (attn_o in bench_ops: 1 thread
 // 21 -> 30 GB/s, 2 threads 36 -> 50 GB/s on the dev VM with whole blocks).
+// Spread rows (stride > 1) each run on through the rows after them: kCodesAhead itself.
 constexpr int64_t kCodesAhead = 4096;
-inline int64_t prefetch_distance(int64_t row_bytes, int R) {
+inline int64_t prefetch_distance(int64_t row_bytes, int R, int64_t stride) {
+  if (stride > 1) return kCodesAhead;
   const int64_t block = row_bytes * R;
   return (kCodesAhead + block - 1) / block * block;
 }
@@ -115,20 +140,22 @@ inline __m512 row_scales_bias(const QWeight& w, int64_t r, int64_t sbytes, const
   return acc;
 }
 
-// The start of a block of R affine rows r..r+R-1: their scales and biases of the rows
-// kParamsAhead further prefetched (+5-11% decode on the dev VM, kernels.h), then per row its
-// scales (times dx) into sb at i * sn, its bias terms into acc[i] and its codes' address
-// into q[i]. Returns sn, the floats of sb per row.
+// The start of a block of R affine rows r + i * stride: the scales and biases of the rows
+// kParamsAhead further on in each row's stream prefetched (+5-11% decode on the dev VM,
+// kernels.h), then per row its scales (times dx) into sb at i * sn, its bias terms into
+// acc[i] and its codes' address into q[i]. Returns sn, the floats of sb per row.
 template <DType S, int R>
-inline int64_t start_rows(const QWeight& w, int64_t r, const float* gsum, const float* dx, float* sb, __m512* acc,
-                          const uint32_t** q) {
+inline int64_t start_rows(const QWeight& w, int64_t r, int64_t stride, const float* gsum, const float* dx, float* sb,
+                          __m512* acc, const uint32_t** q) {
   const int64_t ng = w.cols / w.group_size, sn = ng + 2 * L, words = w.cols * w.bits / 32;
   const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
-  prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
+  if (stride == 1) prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
+  else
+    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + kParamsAhead, 1, size_t(sbytes));
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
-    acc[i] = row_scales_bias<S>(w, r + i, sbytes, gsum, dx, sb + i * sn);
-    q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i) * words;
+    acc[i] = row_scales_bias<S>(w, r + i * stride, sbytes, gsum, dx, sb + i * sn);
+    q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i * stride) * words;
   }
   return sn;
 }

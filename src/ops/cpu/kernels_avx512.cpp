@@ -178,23 +178,23 @@ inline __m512 code_shifted(__m512i v) {
   else return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(((1 << BITS) - 1) << (BITS * K))));
 }
 
-// Rows r..r+R of y = W x, scales / biases of type S, read side by side: R streams of codes
+// Rows r + i * stride (i < R) of y = W x, scales / biases of type S, read side by side: R streams of codes
 // keep more DRAM lines in flight than one, and each x vector load serves R rows (R = 4 is
 // 10-25% faster from DRAM on the dev Zen 5, slower on the Xeon: matvec_row_streams()). Per row: the scales go to its sb
 // slice (padded with zeros for the permute), the bias terms sum_g bias_g * gsum_g are
 // accumulated, then the codes are dotted chunk by chunk, each chunk's sum scaled by its
 // lanes' group scales. The arithmetic of each row is the same for every R.
 template <int BITS, DType S, int R>
-void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, float* sb,
+void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, int64_t stride, float* sb,
                        __m512i lg) {
   constexpr int P = 32 / BITS, CH = P * L;
   const int64_t words = w.cols / P;
   const float* xs = px.xs.data();
   __m512 acc[R];
   const uint32_t* q[R];
-  const int64_t sn = start_rows<S, R>(w, r, px.gsum.data(), nullptr, sb, acc, q);
+  const int64_t sn = start_rows<S, R>(w, r, stride, px.gsum.data(), nullptr, sb, acc, q);
   GroupCursor gc(CH, w.group_size);
-  const int64_t ahead = prefetch_distance(words * 4, R);
+  const int64_t ahead = prefetch_distance(words * 4, R, stride);
   for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
     const __mmask16 tm = tail_mask(words - wi);
     __m512i v[R];
@@ -222,7 +222,7 @@ void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t 
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);  // one reduction per row
+  for (int i = 0; i < R; ++i) y[r + i * stride] = _mm512_reduce_add_ps(acc[i]);  // one reduction per row
 }
 
 // Row r decoded (w = q * s + b) in the lane-interleaved order of the prepared x.
@@ -248,7 +248,9 @@ template <int BITS>
 void affine_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   MF_ASSERT(px.shifted);  // PRECOND: x prepared for in-place codes
   const __m512i lg = lane_groups<32 / BITS>(w.group_size);
-  for_row_blocks(w, r0, r1, [&]<DType S, int R>(int64_t r, float* sb) { affine_rows_block<BITS, S, R>(w, px, y, r, sb, lg); });
+  for_row_blocks(w, r0, r1, [&]<DType S, int R>(int64_t r, int64_t stride, float* sb) {
+    affine_rows_block<BITS, S, R>(w, px, y, r, stride, sb, lg);
+  });
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {

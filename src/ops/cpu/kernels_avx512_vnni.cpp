@@ -142,42 +142,51 @@ inline __m512i chunk_sum(__m512i v, const __m512i* d) {
   }
 }
 
-// Rows r..r+R of y = W x, read side by side as the float kernel does (kernels_avx512.cpp):
-// per row, the group scales times x's steps go to its sb slice, the bias terms are
+// Rows r + i * stride (i < R) of y = W x, read side by side as the float kernel does
+// (kernels_avx512.cpp): per row, the group scales times x's steps go to its sb slice, the bias terms are
 // accumulated, then each chunk's integer lane sums are converted and scaled by their lanes'
 // sb. The arithmetic of each row is the same for every R.
 template <int BITS, DType S, int R>
-void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, float* sb, __m512i lg) {
+void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, int64_t stride, float* sb,
+                      __m512i lg) {
   constexpr int P = 32 / BITS, CH = P * L, ND = BITS == 4 ? 6 : 3;
   constexpr int64_t CD = kChunkDigits<BITS>;
   const int64_t words = w.cols / P;
   __m512 acc[R];
   const uint32_t* q[R];
-  const int64_t sn = start_rows<S, R>(w, r, px.gsum.data(), px.dx.data(), sb, acc, q);
+  const int64_t sn = start_rows<S, R>(w, r, stride, px.gsum.data(), px.dx.data(), sb, acc, q);
   GroupCursor gc(CH, w.group_size);
-  const int64_t ahead = prefetch_distance(words * 4, R);
+  const int64_t ahead = prefetch_distance(words * 4, R, stride);
   const int8_t* xd = px.xd.data();
-  for (int64_t wi = 0, j = 0; wi < words; wi += L, ++j, gc.next()) {
-    const __mmask16 tm = tail_mask(words - wi);
+  // One chunk of every row; TAIL: the last, partial chunk (masked loads). The full chunks run
+  // in a loop of their own, without the tail's branches (one per row and chunk in the object
+  // code otherwise).
+  auto chunk = [&]<bool TAIL>(int64_t wi, int64_t j, int64_t g) {
     __m512i d[ND];
 #pragma GCC unroll 6
     for (int k = 0; k < ND; ++k) d[k] = _mm512_load_si512(xd + j * CD + 64 * k);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       _mm_prefetch(reinterpret_cast<const char*>(q[i] + wi) + ahead, _MM_HINT_T0);
-      const __m512i v = words - wi >= L ? _mm512_loadu_si512(q[i] + wi) : _mm512_maskz_loadu_epi32(tm, q[i] + wi);
-      const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + i * sn + gc.g));
+      const __m512i v = in_register(TAIL ? _mm512_maskz_loadu_epi32(tail_mask(words - wi), q[i] + wi)
+                                         : _mm512_loadu_si512(q[i] + wi));
+      const __m512 sv = _mm512_permutexvar_ps(lg, _mm512_loadu_ps(sb + i * sn + g));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(chunk_sum<BITS>(v, d)), sv, acc[i]);
     }
-  }
+  };
+  int64_t wi = 0, j = 0;
+  for (; wi + L <= words; wi += L, ++j, gc.next()) chunk.template operator()<false>(wi, j, gc.g);
+  if (wi < words) chunk.template operator()<true>(wi, j, gc.g);
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);  // one reduction per row
+  for (int i = 0; i < R; ++i) y[r + i * stride] = _mm512_reduce_add_ps(acc[i]);  // one reduction per row
 }
 
 template <int BITS>
 void digit_matvec(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   const __m512i lg = lane_groups<32 / BITS>(w.group_size);
-  for_row_blocks(w, r0, r1, [&]<DType S, int R>(int64_t r, float* sb) { digit_rows_block<BITS, S, R>(w, px, y, r, sb, lg); });
+  for_row_blocks(w, r0, r1, [&]<DType S, int R>(int64_t r, int64_t stride, float* sb) {
+    digit_rows_block<BITS, S, R>(w, px, y, r, stride, sb, lg);
+  });
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
