@@ -86,7 +86,9 @@ Runner register_bench(CLI::App& app) {
     // The ceilings are measured before the tests and again after them, and the higher value
     // is used: on a shared machine one measurement can land in a busy moment and make the
     // percentages look better than they are.
-    double bw = bench::read_bandwidth_gbs(size_t(512) << 20, threads);
+    // One buffer for both read measurements: see bench::ReadBuffer.
+    const bench::ReadBuffer read_buf(size_t(512) << 20);
+    double bw = bench::read_bandwidth_gbs(read_buf, threads);
     double fma = bench::fma_peak_gflops(threads);
     ExpertCache* cache = model->expert_cache.get();
     double disk = 0;
@@ -148,7 +150,7 @@ Runner register_bench(CLI::App& app) {
       row.gbs = row.mean * double(ms.bytes_per_token) / 1e9;
       rows.push_back(row);
     }
-    bw = std::max(bw, bench::read_bandwidth_gbs(size_t(512) << 20, threads));
+    bw = std::max(bw, bench::read_bandwidth_gbs(read_buf, threads));
     fma = std::max(fma, bench::fma_peak_gflops(threads));
     for (Row& r : rows) {
       if (r.test[0] == 't') r.bw_pct = 100.0 * r.gbs / bw;

@@ -13,6 +13,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "ops/cpu/ceilings.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/kernels.h"
 #include "ops/ref/linear_attn.h"
@@ -164,6 +165,19 @@ TEST(OpsCpu, IsaLevelsAndNames) {
     EXPECT_THROW(set_cpu_isa(CpuIsa::Avx512Vnni), Error);
   }
   EXPECT_GE(physical_core_count(), 1);
+}
+
+// The read ceiling's buffer: whole 2 MiB pages, at least what was asked, reusable across
+// measurements (moeflux bench measures before and after its tests on one buffer).
+TEST(OpsCpu, ReadBufferIsWholePagesAndReusable) {
+  const bench::ReadBuffer buf(size_t(3) << 20);
+  const size_t bytes = buf.floats() * sizeof(float);
+  EXPECT_GE(bytes, size_t(3) << 20);
+  EXPECT_EQ(bytes % (size_t(2) << 20), 0u);
+  for (int i = 0; i < 2; ++i) {
+    const double gbs = bench::read_bandwidth_gbs(buf, 2, 1);
+    EXPECT_TRUE(std::isfinite(gbs) && gbs > 0.0) << gbs;
+  }
 }
 
 TEST(OpsCpu, MatvecAffineEveryWidthAndGroup) {

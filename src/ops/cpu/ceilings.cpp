@@ -89,7 +89,9 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
 std::atomic<float> g_sink{0};  // keeps the sums alive
 }  // namespace
 
-double read_bandwidth_gbs(size_t bytes, int threads, int reps) {
+void ReadBuffer::Free::operator()(float* p) const { std::free(p); }
+
+ReadBuffer::ReadBuffer(size_t bytes) {
   // At least 4x the last-level cache the CPU reports, so the passes stream from DRAM.
   const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (llc > 0) bytes = std::max(bytes, 4 * size_t(llc));
@@ -98,14 +100,21 @@ double read_bandwidth_gbs(size_t bytes, int threads, int reps) {
   // can be 2 GiB, ~10 s of 4 KiB faults).
   constexpr size_t kPage = size_t(2) << 20;
   bytes = (bytes + kPage - 1) / kPage * kPage;
-  const size_t n = bytes / sizeof(float);
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> buf(static_cast<float*>(std::aligned_alloc(kPage, bytes)));
-  if (!buf) fail("read-bandwidth measurement: cannot allocate ", bytes >> 20, " MiB");
-  ::madvise(buf.get(), bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages still work
-  std::memset(buf.get(), 0, bytes);  // fault the pages in
+  n_ = bytes / sizeof(float);
+  p_.reset(static_cast<float*>(std::aligned_alloc(kPage, bytes)));
+  if (!p_) fail("read-bandwidth measurement: cannot allocate ", bytes >> 20, " MiB");
+  ::madvise(p_.get(), bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages still work
+  std::memset(p_.get(), 0, bytes);  // fault the pages in
+}
+
+double read_bandwidth_gbs(size_t bytes, int threads, int reps) {
+  const ReadBuffer buf(bytes);
+  return read_bandwidth_gbs(buf, threads, reps);
+}
+
+double read_bandwidth_gbs(const ReadBuffer& buf, int threads, int reps) {
+  const size_t n = buf.floats();
+  const float* p = buf.data();
   ThreadPool pool(threads);
   const CpuIsa isa = cpu_isa_detected();
   const int64_t chunk = 1 << 20;  // floats (4 MiB) per task
@@ -116,9 +125,9 @@ double read_bandwidth_gbs(size_t bytes, int threads, int reps) {
       for (int64_t c = b; c < e; ++c) {
         const size_t lo = size_t(c) * chunk, hi = std::min(n, lo + chunk);
         if (lo >= hi) continue;
-        const float s = isa >= CpuIsa::Avx512 ? sum_avx512(buf.get() + lo, hi - lo)
-                        : isa == CpuIsa::Avx2 ? sum_avx2(buf.get() + lo, hi - lo)
-                                              : sum_scalar(buf.get() + lo, hi - lo);
+        const float s = isa >= CpuIsa::Avx512 ? sum_avx512(p + lo, hi - lo)
+                        : isa == CpuIsa::Avx2 ? sum_avx2(p + lo, hi - lo)
+                                              : sum_scalar(p + lo, hi - lo);
         g_sink.store(s, std::memory_order_relaxed);
       }
     });

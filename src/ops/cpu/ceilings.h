@@ -4,12 +4,33 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace moeflux::bench {
 
-// Sums `bytes` (raised to 4x the reported last-level cache, so that it is DRAM that is read)
-// of a buffer touched beforehand, with the widest vectors the CPU has, on `threads` threads;
-// returns GB/s (1e9 bytes) of the best of `reps` passes.
+// The buffer the read bandwidth is measured on: `bytes` raised to 4x the reported last-level
+// cache (so that it is DRAM that is read) and to whole 2 MiB pages, allocated and touched once.
+// moeflux bench keeps one from its measurement before the tests to the one after: freeing
+// gigabytes in between let the dev VM's free page reporting run during the tests (one decode
+// run in 5-12 at ~75% speed, 1-2 s after the first measurement; docs/benchmarks.md, tenth pass).
+class ReadBuffer {
+ public:
+  explicit ReadBuffer(size_t bytes);
+  const float* data() const { return p_.get(); }
+  size_t floats() const { return n_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float, Free> p_;
+  size_t n_ = 0;
+};
+
+// Sums the buffer with the widest vectors the CPU has, on `threads` threads; returns GB/s (1e9
+// bytes) of the best of `reps` passes.
+double read_bandwidth_gbs(const ReadBuffer& buf, int threads, int reps = 8);
+// The same on a buffer of `bytes` made for the call.
 double read_bandwidth_gbs(size_t bytes, int threads, int reps = 8);
 
 // Peak f32 FMA rate on `threads` threads: GFLOP/s (2 flops per lane per FMA).
