@@ -53,7 +53,8 @@ std::vector<std::string> permissions(uintptr_t b, uintptr_t e) {
     std::string range, perms;
     ss >> range >> perms;
     const size_t dash = range.find('-');
-    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16), hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
     if (lo < e && hi > b) out.push_back(perms);
   }
   return out;

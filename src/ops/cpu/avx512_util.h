@@ -77,12 +77,13 @@ inline __m512i lane_groups(int64_t gs) {
 // Rows [r0, r1) of an affine matvec through block.template operator()<S, R>(r, stride, sb):
 // rows r, r + stride, ..., r + (R - 1) * stride side by side, R = 4 where
 // matvec_row_streams() says so, then single rows; S is w's scale type and sb per-thread
-// scratch for R rows' scales. Four rows side by side are four streams of codes. Adjacent rows
-// interleave them inside each 4 KiB page, which the dev Zen 5 streams from DRAM at 70-80% of
-// its read loop. Where matvec_row_spread() allows and each quarter of the range holds at
-// least kSpreadMinBytes of codes, the four rows are r0 + k + {0, 1, 2, 3} * q (q = a quarter):
-// four sequential streams, at 90-100% of the read loop (docs/benchmarks.md, tenth pass).
-// Shorter quarters would restart the streams too often. Each row's arithmetic is the same
+// scratch for R rows' scales. Four rows side by side are four streams of codes: adjacent rows
+// interleave them inside each 4 KiB page. Where matvec_row_spread() allows and each quarter of
+// the range holds at least kSpreadMinBytes of codes, the four rows are r0 + k + {0, 1, 2, 3} * q
+// (q = a quarter): four sequential streams. With the single load of codes, a paired harness on
+// the dev Zen 5 gained 1-13 points of its read ceiling per op from the two together, neither
+// alone; the model's decode did not show it through the VM's noise (docs/benchmarks.md, tenth
+// pass). Shorter quarters restart the streams too often. Each row's arithmetic is the same
 // either way.
 constexpr int64_t kSpreadMinBytes = 16 << 10;
 template <typename Block>

@@ -178,12 +178,13 @@ inline __m512 code_shifted(__m512i v) {
   else return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(((1 << BITS) - 1) << (BITS * K))));
 }
 
-// Rows r + i * stride (i < R) of y = W x, scales / biases of type S, read side by side: R streams of codes
-// keep more DRAM lines in flight than one, and each x vector load serves R rows (R = 4 is
-// 10-25% faster from DRAM on the dev Zen 5, slower on the Xeon: matvec_row_streams()). Per row: the scales go to its sb
-// slice (padded with zeros for the permute), the bias terms sum_g bias_g * gsum_g are
-// accumulated, then the codes are dotted chunk by chunk, each chunk's sum scaled by its
-// lanes' group scales. The arithmetic of each row is the same for every R.
+// Rows r + i * stride (i < R) of y = W x, scales / biases of type S, read side by side: R
+// streams of codes keep more DRAM lines in flight than one, and each x vector load serves R
+// rows (R = 4 is 10-25% faster from DRAM on the dev Zen 5, slower on the Xeon:
+// matvec_row_streams()). Per row: the scales go to its sb slice (padded with zeros for the
+// permute), the bias terms sum_g bias_g * gsum_g are accumulated, then the codes are dotted
+// chunk by chunk, each chunk's sum scaled by its lanes' group scales. The arithmetic of each
+// row is the same for every R.
 template <int BITS, DType S, int R>
 void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, int64_t stride, float* sb,
                        __m512i lg) {
