@@ -11,14 +11,21 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B "$W/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
 timeout 300 cmake --build "$W/build" -j"$(nproc)" --target moeflux >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "built $(date -u +%T)"
+# The CPU steps' pack: Qwen3-30B-A3B with CPU_LAYERS of its 48 layers (default all: issue 8 allows
+# fewer only where the model does not fit in RAM, and the whole 16 GB pack fits in this host's 128 GiB).
+CPU_LAYERS=${CPU_LAYERS:-48}
+cpu_pack() {
+  local p=$W/qwen3-30b-a3b-l$CPU_LAYERS
+  [ -f "$p/manifest.json" ] || timeout 420 $W/build/src/moeflux synth --preset qwen3-30b-a3b --layers "$CPU_LAYERS" --format pack --out "$p" >/dev/null 2>&1
+  echo "$p"
+}
 for s in ${DEVICE_STEPS:-stream}; do
   case $s in
     stream) OUT=$OUT scripts/device-stream.sh ;;
-    cpu) OUT=$OUT WORK=$W scripts/device-bench-cpu.sh ;;
+    cpu) OUT=$OUT WORK=$W LAYERS=$CPU_LAYERS scripts/device-bench-cpu.sh ;;
     ab) OUT=$OUT scripts/device-ab-chunks.sh ;;
     phases)  # wall time per phase of prefill and decode on all threads (MOEFLUX_PHASES)
-      p=$W/qwen3-30b-a3b-l16
-      [ -f "$p/manifest.json" ] || timeout 240 $W/build/src/moeflux synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      p=$(cpu_pack)
       for t in "-p 128 -n 0" "-p 0 -n 32"; do
         echo "## phases: bench $t -r 2 --profile" | tee -a "$OUT/phases.md"
         MOEFLUX_PHASES=1 timeout 90 $W/build/src/moeflux bench -m "$p" $t -r 2 --profile 2>&1 | grep -v "^measuring" | tee -a "$OUT/phases.md"
@@ -29,8 +36,7 @@ for s in ${DEVICE_STEPS:-stream}; do
       timeout 240 "$W/bench_ops" --benchmark_filter='(Matvec/q4g64/(expert_gate_up|expert_down|attn_q)|SwigluExperts/q4g64/k8)/avx512/' \
           --benchmark_min_time=0.3s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | tee "$OUT/bench_ops.txt" ;;
     rows)  # A/B on one pack, alternating rounds: 4-row vs 1-row matvec (resident), and --mmap (default rows)
-      p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
-      [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      p=$(cpu_pack) mf=$W/build/src/moeflux
       for round in 1 2 3 4; do
         for v in $([ $((round % 2)) = 1 ] && echo "r4 r1 mm" || echo "mm r1 r4"); do
           case $v in r4) e=(MOEFLUX_MATVEC_ROWS=4); a=() ;; r1) e=(MOEFLUX_MATVEC_ROWS=1); a=() ;; mm) e=(); a=(--mmap) ;; esac  # mm: default rows for the CPU
@@ -39,8 +45,7 @@ for s in ${DEVICE_STEPS:-stream}; do
         done
       done ;;
     fused)  # 2x2 A/B, alternating rounds: fused decode experts (default) or MOEFLUX_FUSED_EXPERTS=0, caller's poll 500 us (default) or 50
-      p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
-      [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      p=$(cpu_pack) mf=$W/build/src/moeflux
       for round in 1 2 3; do
         for v in $([ $((round % 2)) = 1 ] && echo "fu un fu50 un50" || echo "un50 fu50 un fu"); do
           case $v in fu) e=() ;; un) e=(MOEFLUX_FUSED_EXPERTS=0) ;; fu50) e=(MOEFLUX_POOL_SPIN_US=50) ;; un50) e=(MOEFLUX_FUSED_EXPERTS=0 MOEFLUX_POOL_SPIN_US=50) ;; esac
@@ -49,8 +54,7 @@ for s in ${DEVICE_STEPS:-stream}; do
         done
       done ;;
     isa)  # A/B, alternating rounds: the default (integer dots on VNNI, 1 row on Intel), integer dots on 4 rows, float dots
-      p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
-      [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      p=$(cpu_pack) mf=$W/build/src/moeflux
       for round in $(seq "${ROUNDS:-3}"); do
         for v in $([ $((round % 2)) = 1 ] && echo "int int4 f32" || echo "f32 int4 int"); do
           case $v in int) e=() ;; int4) e=(MOEFLUX_MATVEC_ROWS=4) ;; f32) e=(MOEFLUX_CPU_ISA=avx512) ;; esac
@@ -60,8 +64,7 @@ for s in ${DEVICE_STEPS:-stream}; do
         done
       done ;;
     envab)  # A/B of environment settings, alternating rounds (ROUNDS, default 3): VARIANTS="a=X=1 b=X=0"
-      p=$W/qwen3-30b-a3b-l16 mf=$W/build/src/moeflux
-      [ -f "$p/manifest.json" ] || timeout 240 $mf synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
+      p=$(cpu_pack) mf=$W/build/src/moeflux
       read -r -a vs <<<"${VARIANTS:?set VARIANTS}"
       for round in $(seq "${ROUNDS:-3}"); do
         order=("${vs[@]}")
@@ -76,6 +79,7 @@ for s in ${DEVICE_STEPS:-stream}; do
       done ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
       p=$W/qwen3-30b-a3b-l16
+      [ -f "$p/manifest.json" ] || timeout 240 $W/build/src/moeflux synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
       MOEFLUX=$W/build/src/moeflux OUTDIR=$OUT/json16 timeout 170 scripts/bench-streaming.sh "$p" 12 2 "5% 100%" | tee "$OUT/stream_table_l16.md"
       g++ -O2 -std=c++20 -Isrc bench/stream_warm.cpp "$W/build/src/libmoeflux_core.a" -lz -lpthread -o "$W/stream_warm" \
         && timeout 90 "$W/stream_warm" "$p" 12 3 | tee "$OUT/stream_warm.txt" ;;
