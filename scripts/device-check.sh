@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=" ...), "stream16". Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=" ...), "stream16", "ppperf" (perf of a prefill per thread). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -63,6 +63,11 @@ for s in ${DEVICE_STEPS:-stream}; do
           echo | tee -a "$OUT/isa.md"
         done
       done ;;
+    ppperf)  # where prefill's time goes per thread (perf, no call graphs: the main thread's serial steps stand out)
+      p=$(cpu_pack) mf=$W/build/src/moeflux
+      command -v perf >/dev/null || { echo "perf: not installed" | tee "$OUT/ppperf.txt"; continue; }
+      timeout 150 perf record -F 999 -o $W/pp.data $mf bench -m "$p" -p 128 -n 0 -r 3 --profile 2>&1 | grep -E "pp128" | tee "$OUT/ppperf.txt"
+      perf report -i $W/pp.data --stdio -s pid,symbol 2>/dev/null | grep '%' | head -80 >>"$OUT/ppperf.txt" ;;
     envab)  # A/B of environment settings, alternating rounds (ROUNDS, default 3): VARIANTS="a=X=1 b=X=0"
       p=$(cpu_pack) mf=$W/build/src/moeflux
       read -r -a vs <<<"${VARIANTS:?set VARIANTS}"

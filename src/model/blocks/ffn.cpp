@@ -54,6 +54,17 @@ bool fused_experts() {
   return forced >= 0 ? forced == 1 : cpu_threads() >= 8;
 }
 
+// A per-thread buffer of at least n floats that only grows and is never cleared (slot 0: the
+// experts' outputs, 1: their gathered inputs). Both are written in full before they are read;
+// a fresh zero-filled vector per layer cost the calling thread a serial fill of T * K * dim
+// floats (and its page faults) in every prefill layer while the workers waited.
+float* layer_buffer(int slot, size_t n) {
+  thread_local std::vector<float> bufs[2];
+  std::vector<float>& b = bufs[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+
 // Distinct ids of a routing, ascending.
 std::vector<int32_t> distinct(std::vector<int32_t> ids) {
   std::sort(ids.begin(), ids.end());
@@ -109,7 +120,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     pt.next("moe.combine+shared");
     return add_shared(x, T, out);
   }
-  std::vector<float> ys(total), xe;
+  float* ys = layer_buffer(0, total);
   // Runs experts through one batched op (two parallel regions): one token's, or several
   // tokens' with each expert's tokens gathered.
   auto run = [&](std::span<const int32_t> es, std::span<const SwiGlu> ws) {
@@ -117,20 +128,20 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     std::vector<const QWeight*> g, u, d;
     std::vector<float*> outs;
     for (size_t j = 0; j < es.size(); ++j)
-      g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down), outs.push_back(ys.data() + at[size_t(es[j])]);
+      g.push_back(&ws[j].gate), u.push_back(&ws[j].up), d.push_back(&ws[j].down), outs.push_back(ys + at[size_t(es[j])]);
     if (T == 1) return swiglu_experts(int(es.size()), g.data(), u.data(), d.data(), x, outs.data());
     // Several tokens: each expert's tokens gathered (experts over the threads).
     std::vector<int64_t> xat(es.size() + 1, 0), tn(es.size());
     for (size_t j = 0; j < es.size(); ++j)
       tn[j] = int64_t(by_expert[size_t(es[j])].size()), xat[j + 1] = xat[j] + tn[j] * dim;
-    xe.resize(size_t(xat.back()));
+    float* xe = layer_buffer(1, size_t(xat.back()));
     std::vector<const float*> xs;
-    for (size_t j = 0; j < es.size(); ++j) xs.push_back(xe.data() + xat[j]);
+    for (size_t j = 0; j < es.size(); ++j) xs.push_back(xe + xat[j]);
     for_tokens(int64_t(es.size()), 8 * (xat.back() + 1) / int64_t(es.size()), [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j) {
         const auto& toks = by_expert[size_t(es[size_t(j)])];
         for (int64_t i = 0; i < tn[size_t(j)]; ++i)
-          std::copy_n(x + toks[size_t(i)].first * dim, dim, xe.data() + xat[size_t(j)] + i * dim);
+          std::copy_n(x + toks[size_t(i)].first * dim, dim, xe + xat[size_t(j)] + i * dim);
       }
     });
     swiglu_experts_batch(int(es.size()), g.data(), u.data(), d.data(), xs.data(), tn.data(), outs.data());
@@ -195,7 +206,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t k = 0; k < K; ++k) {
         const Slot& sl = slot[size_t(t * K + k)];
-        yk[size_t(k)] = ys.data() + sl.off, wk[size_t(k)] = sl.wt;
+        yk[size_t(k)] = ys + sl.off, wk[size_t(k)] = sl.wt;
       }
       combine_weighted(int(K), yk.data(), wk.data(), out + t * dim, 0, dim);
     }
