@@ -47,6 +47,23 @@ TEST_P(FixtureTest, DecodeMatchesPrefillGolden) {
   EXPECT_LE(test::rel_l2(logits, g.f32.at("logits")), kTol);
 }
 
+// Layers keep their batch buffers from one prompt to the next (model/blocks/batch_buffers.h):
+// a prompt's logits must not depend on what longer or different prompts left in them.
+TEST_P(FixtureTest, PrefillDoesNotDependOnEarlierPrompts) {
+  auto g = test::load_golden(test::fixture_dir(GetParam()) + "/golden.safetensors");
+  const auto& ids = g.i32.at("input_ids");
+  ASSERT_GE(ids.size(), 12u);
+  const std::span<const int32_t> shorter(ids.data(), 8);
+  Session first(*model_);
+  const std::vector<float> want = first.forward(shorter, {.all_logits = true});
+  std::vector<int32_t> other(ids.rbegin(), ids.rend());  // other tokens, other experts
+  Session a(*model_), b(*model_);
+  a.forward(ids, {.all_logits = true});
+  b.forward(other, {.all_logits = true});
+  Session again(*model_);
+  EXPECT_EQ(again.forward(shorter, {.all_logits = true}), want);
+}
+
 // Variants (tests/data/fixtures/variants) ship golden_long only where it matters.
 bool has_file(const std::string& p) { return std::filesystem::exists(p); }
 

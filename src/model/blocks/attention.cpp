@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/phase_timer.h"
+#include "model/blocks/batch_buffers.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace moeflux {
@@ -13,19 +14,19 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   auto& kv = static_cast<KvCache&>(st);
   const int64_t qd = n_heads * head_dim, kd = n_kv_heads * head_dim, len0 = kv.len();
   const int64_t qrow = gated ? 2 * head_dim : head_dim;  // per head: query [, gate]
-  // Decode (T = 1) reuses per-thread buffers: every element is written before it is read, and
-  // four fresh zero-filled vectors per layer were serial time (dev: 2.9 -> 1.5 us a layer
-  // outside the mixer's regions). A prompt's batch gets its own (a long one's would otherwise
-  // stay allocated).
+  // Per-thread buffers (model/blocks/batch_buffers.h), one set for decode and one for batches:
+  // every element is written before it is read. Four fresh zero-filled vectors per layer were
+  // serial time (dev decode: 2.9 -> 1.5 us a layer outside the mixer's regions; prefill: 17 ms a
+  // layer of page faults once the MoE layer's buffers were kept).
   struct Buffers {
     std::vector<float> qg, q, gate, att;
   };
-  thread_local Buffers decode;
-  Buffers batch;
+  thread_local Buffers decode, batch;
   Buffers& buf = T == 1 ? decode : batch;
-  std::vector<float>&qg = buf.qg, &q = buf.q, &gate = buf.gate, &att = buf.att;
-  qg.resize(size_t(T * n_heads * qrow)), q.resize(size_t(T * qd)), att.resize(size_t(T * qd));
-  if (gated) gate.resize(size_t(T * qd));
+  float* qg = grown(buf.qg, size_t(T * n_heads * qrow));
+  float* q = grown(buf.q, size_t(T * qd));
+  float* att = grown(buf.att, size_t(T * qd));
+  float* gate = gated ? grown(buf.gate, size_t(T * qd)) : nullptr;
   PhaseTimer pt("attn.qkv");
   kv.k.resize(size_t((len0 + T) * kd));
   kv.v.resize(size_t((len0 + T) * kd));
@@ -34,9 +35,9 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   const int64_t q_blocks = n_heads * qrow / head_dim;
   auto q_block = [&](int64_t t, int64_t b, const float* cs) {
     const int64_t h = b * head_dim / qrow;
-    const float* src = qg.data() + t * n_heads * qrow + b * head_dim;
-    if (gated && b % 2 == 1) return (void)std::copy_n(src, head_dim, gate.data() + t * qd + h * head_dim);
-    float* qh = q.data() + t * qd + h * head_dim;
+    const float* src = qg + t * n_heads * qrow + b * head_dim;
+    if (gated && b % 2 == 1) return (void)std::copy_n(src, head_dim, gate + t * qd + h * head_dim);
+    float* qh = q + t * qd + h * head_dim;
     std::copy_n(src, head_dim, qh);
     if (!q_norm.empty()) rmsnorm(qh, q_norm.data(), head_dim, norm_eps, qh);
     rope_apply(qh, rope, cs);
@@ -52,7 +53,7 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     std::vector<float> cs(static_cast<size_t>(rope.rot_dim));
     rope_angles(rope, pos0, cs.data());
     const QWeight* ws[3] = {&wq, &wk, &wv};
-    float* ys[3] = {qg.data(), kv.k.data() + len0 * kd, kv.v.data() + len0 * kd};
+    float* ys[3] = {qg, kv.k.data() + len0 * kd, kv.v.data() + len0 * kd};
     matvec_multi_epilogue(3, ws, x, ys, head_dim, [&](int i, int64_t r0, int64_t r1) {
       for (int64_t b = r0 / head_dim; b < r1 / head_dim; ++b) {
         if (i == 0) q_block(0, b, cs.data());
@@ -60,7 +61,7 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
       }
     });
   } else {
-    matmul(wq, x, T, qg.data());
+    matmul(wq, x, T, qg);
     matmul(wk, x, T, kv.k.data() + len0 * kd);
     matmul(wv, x, T, kv.v.data() + len0 * kd);
     pt.next("attn.norm+rope");
@@ -77,11 +78,13 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   // Attend: token t sees positions <= pos0 + t (within the sliding window, if any).
   pt.next("attn.core+o");
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  attention_causal(q.data(), kv.k.data(), kv.v.data(), T, len0, window, n_heads, n_kv_heads, head_dim, head_dim,
-                   scale, att.data());
+  attention_causal(q, kv.k.data(), kv.v.data(), T, len0, window, n_heads, n_kv_heads, head_dim, head_dim,
+                   scale, att);
   if (gated)
-    for (int64_t i = 0; i < T * qd; ++i) att[size_t(i)] *= 1.0f / (1.0f + std::exp(-gate[size_t(i)]));
-  matmul(wo, att.data(), T, out);
+    for (int64_t i = 0; i < T * qd; ++i) att[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  matmul(wo, att, T, out);
+  if (T > 1)
+    for (std::vector<float>* v : {&buf.qg, &buf.q, &buf.gate, &buf.att}) release_if_large(*v);
 }
 
 }  // namespace moeflux

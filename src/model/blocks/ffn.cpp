@@ -8,6 +8,7 @@
 
 #include "core/phase_timer.h"
 #include "core/thread_pool.h"
+#include "model/blocks/batch_buffers.h"
 #include "ops/cpu/cpu_ops.h"
 #include "stream/expert_cache.h"
 #include "ops/ref/ref.h"
@@ -54,16 +55,10 @@ bool fused_experts() {
   return forced >= 0 ? forced == 1 : cpu_threads() >= 8;
 }
 
-// A per-thread buffer of at least n floats that only grows and is never cleared (slot 0: the
-// experts' outputs, 1: their gathered inputs). Both are written in full before they are read;
-// a fresh zero-filled vector per layer cost the calling thread a serial fill of T * K * dim
-// floats (and its page faults) in every prefill layer while the workers waited.
-float* layer_buffer(int slot, size_t n) {
-  thread_local std::vector<float> bufs[2];
-  std::vector<float>& b = bufs[slot];
-  if (b.size() < n) b.resize(n);
-  return b.data();
-}
+// The calling thread's batch buffers (model/blocks/batch_buffers.h): the experts' outputs and
+// their gathered inputs. Zero-filled vectors per layer were serial time on the calling thread
+// (Xeon pp128, 16 layers: 212-246 -> 295-340 t/s; docs/benchmarks.md, issue 8 eleventh pass).
+thread_local std::vector<float> t_expert_out, t_expert_in;
 
 // Distinct ids of a routing, ascending.
 std::vector<int32_t> distinct(std::vector<int32_t> ids) {
@@ -120,7 +115,10 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     pt.next("moe.combine+shared");
     return add_shared(x, T, out);
   }
-  float* ys = layer_buffer(0, total);
+  // A batch's outputs in the kept buffer; one token's (K * dim floats) in a vector of its own, as
+  // before the buffers (decode measured no faster with them on the dev VM).
+  std::vector<float> ys_token(T == 1 ? total : 0);
+  float* ys = T == 1 ? ys_token.data() : grown(t_expert_out, total);
   // Runs experts through one batched op (two parallel regions): one token's, or several
   // tokens' with each expert's tokens gathered.
   auto run = [&](std::span<const int32_t> es, std::span<const SwiGlu> ws) {
@@ -134,7 +132,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     std::vector<int64_t> xat(es.size() + 1, 0), tn(es.size());
     for (size_t j = 0; j < es.size(); ++j)
       tn[j] = int64_t(by_expert[size_t(es[j])].size()), xat[j + 1] = xat[j] + tn[j] * dim;
-    float* xe = layer_buffer(1, size_t(xat.back()));
+    float* xe = grown(t_expert_in, size_t(xat.back()));
     std::vector<const float*> xs;
     for (size_t j = 0; j < es.size(); ++j) xs.push_back(xe + xat[j]);
     for_tokens(int64_t(es.size()), 8 * (xat.back() + 1) / int64_t(es.size()), [&](int64_t j0, int64_t j1) {
@@ -211,6 +209,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
       combine_weighted(int(K), yk.data(), wk.data(), out + t * dim, 0, dim);
     }
   });
+  release_if_large(t_expert_out), release_if_large(t_expert_in);
   add_shared(x, T, out);
 }
 
