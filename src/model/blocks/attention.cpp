@@ -14,15 +14,14 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   auto& kv = static_cast<KvCache&>(st);
   const int64_t qd = n_heads * head_dim, kd = n_kv_heads * head_dim, len0 = kv.len();
   const int64_t qrow = gated ? 2 * head_dim : head_dim;  // per head: query [, gate]
-  // Per-thread buffers (model/blocks/batch_buffers.h), one set for decode and one for batches:
-  // every element is written before it is read. Four fresh zero-filled vectors per layer were
-  // serial time (dev decode: 2.9 -> 1.5 us a layer outside the mixer's regions; prefill: 17 ms a
-  // layer of page faults once the MoE layer's buffers were kept).
+  // Per-thread buffers (model/blocks/batch_buffers.h) for decode and batches alike: every
+  // element is written before it is read. Four fresh zero-filled vectors per layer were serial
+  // time (dev decode: 2.9 -> 1.5 us a layer outside the mixer's regions; prefill: 17 ms a layer
+  // of page faults once the MoE layer's buffers were kept).
   struct Buffers {
     std::vector<float> qg, q, gate, att;
   };
-  thread_local Buffers decode, batch;
-  Buffers& buf = T == 1 ? decode : batch;
+  thread_local Buffers buf;
   float* qg = grown(buf.qg, size_t(T * n_heads * qrow));
   float* q = grown(buf.q, size_t(T * qd));
   float* att = grown(buf.att, size_t(T * qd));
@@ -83,8 +82,7 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   if (gated)
     for (int64_t i = 0; i < T * qd; ++i) att[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
   matmul(wo, att, T, out);
-  if (T > 1)
-    for (std::vector<float>* v : {&buf.qg, &buf.q, &buf.gate, &buf.att}) release_if_large(*v);
+  for (std::vector<float>* v : {&buf.qg, &buf.q, &buf.gate, &buf.att}) release_if_large(*v);
 }
 
 }  // namespace moeflux
