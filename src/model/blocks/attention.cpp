@@ -77,11 +77,16 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   // Attend: token t sees positions <= pos0 + t (within the sliding window, if any).
   pt.next("attn.core+o");
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  attention_causal(q, kv.k.data(), kv.v.data(), T, len0, window, n_heads, n_kv_heads, head_dim, head_dim,
-                   scale, att);
-  if (gated)
-    for (int64_t i = 0; i < T * qd; ++i) att[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
-  matmul(wo, att, T, out);
+  if (T == 1) {
+    attention_project(q, kv.k.data(), kv.v.data(), len0, window, n_heads, n_kv_heads, head_dim, scale, gate, att,
+                      wo, out);
+  } else {
+    attention_causal(q, kv.k.data(), kv.v.data(), T, len0, window, n_heads, n_kv_heads, head_dim, head_dim,
+                     scale, att);
+    if (gated)
+      for (int64_t i = 0; i < T * qd; ++i) att[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+    matmul(wo, att, T, out);
+  }
   for (std::vector<float>* v : {&buf.qg, &buf.q, &buf.gate, &buf.att}) release_if_large(*v);
 }
 

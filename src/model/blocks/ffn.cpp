@@ -2,6 +2,8 @@
 #include "model/blocks/ffn.h"
 
 #include <algorithm>
+#include <array>
+#include <numeric>
 #include <cmath>
 #include <cstdlib>
 #include <span>
@@ -94,6 +96,28 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   PhaseTimer pt("moe.route");
   route_tokens(x, T, ids.data(), w.data());
+  if (!cache && T == 1 && K <= kMaxFusedExperts && fused_experts()) {
+    // One token, every expert in memory: experts and combine in one parallel region, the
+    // experts in ascending id (the order the sum is defined by), without the batch's grouping.
+    std::array<int32_t, kMaxFusedExperts> order;
+    std::iota(order.begin(), order.begin() + K, 0);
+    std::sort(order.begin(), order.begin() + K, [&](int32_t a, int32_t b) { return ids[size_t(a)] < ids[size_t(b)]; });
+    std::array<const QWeight*, kMaxFusedExperts> g, u, d;
+    std::array<float, kMaxFusedExperts> wt;
+    bool distinct_ids = true;
+    for (int64_t j = 0; j < K; ++j) {
+      const int32_t e = ids[size_t(order[size_t(j)])];
+      distinct_ids = distinct_ids && (j == 0 || e != ids[size_t(order[size_t(j - 1)])]);
+      const SwiGlu& sw = experts[size_t(e)];
+      g[size_t(j)] = &sw.gate, u[size_t(j)] = &sw.up, d[size_t(j)] = &sw.down, wt[size_t(j)] = w[size_t(order[size_t(j)])];
+    }
+    if (distinct_ids) {  // a router's top-k is; the general path below merges repeats
+      pt.next("moe.experts");
+      swiglu_experts_combined(int(K), g.data(), u.data(), d.data(), x, wt.data(), out);
+      pt.next("moe.combine+shared");
+      return add_shared(x, T, out);
+    }
+  }
   // Group the batch by expert so that each routed expert's weights are read once per batch.
   std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(n_experts));
   for (int64_t i = 0; i < T * K; ++i) by_expert[size_t(ids[size_t(i)])].emplace_back(i / K, w[size_t(i)]);
@@ -103,18 +127,6 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   size_t total = 0;
   for (int32_t e : used) at[size_t(e)] = total, total += by_expert[size_t(e)].size() * size_t(dim);
   pt.next("moe.experts");
-  if (!cache && T == 1 && used.size() <= size_t(kMaxFusedExperts) && fused_experts()) {
-    // One token, every expert in memory: experts and combine in one parallel region.
-    std::vector<const QWeight*> g, u, d;
-    std::vector<float> wt;
-    for (int32_t e : used) {
-      const SwiGlu& s = experts[size_t(e)];
-      g.push_back(&s.gate), u.push_back(&s.up), d.push_back(&s.down), wt.push_back(by_expert[size_t(e)][0].second);
-    }
-    swiglu_experts_combined(int(used.size()), g.data(), u.data(), d.data(), x, wt.data(), out);
-    pt.next("moe.combine+shared");
-    return add_shared(x, T, out);
-  }
   // A batch's outputs in the kept buffer; one token's (K * dim floats) in a vector of its own, as
   // before the buffers (decode measured no faster with them on the dev VM).
   std::vector<float> ys_token(T == 1 ? total : 0);

@@ -21,7 +21,14 @@
 namespace moeflux {
 
 namespace {
-constexpr int64_t kParallelMinBytes = 256 << 10;  // weight bytes below which one thread runs
+// Weight bytes below which one thread runs (MOEFLUX_PARALLEL_MIN_KB overrides; tuning).
+int64_t parallel_min_bytes() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("MOEFLUX_PARALLEL_MIN_KB");
+    return (e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(64)) << 10;
+  }();
+  return n;
+}
 constexpr int64_t kChunkMinBytes = 32 << 10;      // weight bytes per chunk at least
 // Chunks per thread at most: more, smaller chunks shorten the wait for the last one; fewer
 // cost fewer hand-offs. MOEFLUX_CHUNKS_PER_THREAD overrides it (tuning).
@@ -68,7 +75,7 @@ bool guided_rows() {
 
 template <typename F>
 void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
-  if (rows * row_work < kParallelMinBytes) return fn(int64_t(0), rows);
+  if (rows * row_work < parallel_min_bytes()) return fn(int64_t(0), rows);
   ThreadPool& pool = cpu_thread_pool();
   if (pool.size() == 1) return fn(int64_t(0), rows);
   if (!guided_rows()) return pool.parallel_for(rows, row_grain(rows, row_work, pool.size(), m), fn);
@@ -235,7 +242,7 @@ struct GateUpItems {
     return i;
   }
   // Below this the items run on the calling thread.
-  bool small(int n) const { return 2 * n * hidden * int64_t(gate[0]->row_bytes()) < kParallelMinBytes; }
+  bool small(int n) const { return 2 * n * hidden * int64_t(gate[0]->row_bytes()) < parallel_min_bytes(); }
 };
 }  // namespace
 
@@ -448,34 +455,122 @@ void attention(const float* q, const float* k, const float* v, int64_t n_ctx, in
   attention_causal(q, k, v, 1, n_ctx - 1, 0, n_heads, n_kv_heads, head_dim, v_dim, scale, out);
 }
 
+namespace {
+// attention_causal's work: item i is (token, kv head, slice of its query heads). A group is
+// split only as far as needed to give every thread ~2 items (decode: T = 1, often 4-8 kv heads
+// for 16 threads).
+struct CausalItems {
+  const float *q, *k, *v;
+  int64_t T, len0, window, n_heads, n_kv_heads, head_dim, v_dim;
+  float scale;
+  float* out;
+  int64_t group, split, per_slice;
+  CausalItems(const float* q_, const float* k_, const float* v_, int64_t T_, int64_t len0_, int64_t window_,
+              int64_t n_heads_, int64_t n_kv_heads_, int64_t head_dim_, int64_t v_dim_, float scale_, float* out_)
+      : q(q_), k(k_), v(v_), T(T_), len0(len0_), window(window_), n_heads(n_heads_), n_kv_heads(n_kv_heads_),
+        head_dim(head_dim_), v_dim(v_dim_), scale(scale_), out(out_) {
+    MF_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && T > 0 && len0 >= 0);
+    group = n_heads / n_kv_heads;
+    const int64_t threads = cpu_thread_pool().size();
+    split = std::clamp<int64_t>((2 * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
+    per_slice = (group + split - 1) / split;
+  }
+  int64_t count() const { return T * n_kv_heads * split; }
+  // Bytes of K and V one item reads, at the average context.
+  int64_t item_bytes() const { return (len0 + (T + 1) / 2) * (head_dim + v_dim) * 4 * per_slice; }
+  // Runs item i with p: per_slice * (len0 + T) floats of scratch; *h0 / *nh: the heads of token
+  // *t it wrote (nh 0: none).
+  void run(const cpu::Kernels& kn, int64_t i, float* p, int64_t* t_out, int64_t* h0_out, int64_t* nh_out) const {
+    const int64_t t = i / (n_kv_heads * split), g = i / split % n_kv_heads, s = i % split;
+    const int64_t h0 = g * group + s * per_slice, nh = std::min(per_slice, (g + 1) * group - h0);
+    *t_out = t, *h0_out = h0, *nh_out = std::max<int64_t>(0, nh);
+    if (nh <= 0) return;
+    const int64_t n_ctx = len0 + t + 1, first = window > 0 && n_ctx > window ? n_ctx - window : 0;
+    const float *qh = q + (t * n_heads + h0) * head_dim, *kf = k + first * n_kv_heads * head_dim,
+                *vf = v + first * n_kv_heads * v_dim;
+    float* oh = out + (t * n_heads + h0) * v_dim;
+    if (kn.attend && kn.attend(qh, nh, kf + g * head_dim, vf + g * v_dim, n_ctx - first, n_kv_heads * head_dim,
+                               n_kv_heads * v_dim, head_dim, v_dim, scale, p, oh))
+      return;
+    attend_heads(kn, qh, nh, kf, vf, n_ctx - first, n_kv_heads, g, head_dim, v_dim, scale, p, oh);
+  }
+};
+
+// out[i] *= sigmoid(gate[i]) for i < n (gated attention's output gate).
+void apply_sigmoid_gate(const float* gate, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+}
+}  // namespace
+
 void attention_causal(const float* q, const float* k, const float* v, int64_t T, int64_t len0, int64_t window,
                       int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out) {
-  MF_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && T > 0 && len0 >= 0);
   const cpu::Kernels& kn = kernels();
-  const int64_t group = n_heads / n_kv_heads;
-  // Item: (token, kv head, slice of its query heads). A group is split only as far as needed
-  // to give every thread ~2 items (decode: T = 1, often 4-8 kv heads for 16 threads).
-  const int64_t threads = cpu_thread_pool().size();
-  const int64_t split = std::clamp<int64_t>((2 * threads + T * n_kv_heads - 1) / (T * n_kv_heads), 1, group);
-  const int64_t per_slice = (group + split - 1) / split;
-  auto items = [&](int64_t i0, int64_t i1) {
-    float* p = cpu::scratch(3, size_t(per_slice * (len0 + T)));
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / (n_kv_heads * split), g = i / split % n_kv_heads, s = i % split;
-      const int64_t h0 = g * group + s * per_slice, nh = std::min(per_slice, (g + 1) * group - h0);
-      if (nh <= 0) continue;
-      const int64_t n_ctx = len0 + t + 1, first = window > 0 && n_ctx > window ? n_ctx - window : 0;
-      const float *qh = q + (t * n_heads + h0) * head_dim, *kf = k + first * n_kv_heads * head_dim,
-                  *vf = v + first * n_kv_heads * v_dim;
-      float* oh = out + (t * n_heads + h0) * v_dim;
-      if (kn.attend && kn.attend(qh, nh, kf + g * head_dim, vf + g * v_dim, n_ctx - first, n_kv_heads * head_dim,
-                                 n_kv_heads * v_dim, head_dim, v_dim, scale, p, oh))
-        continue;
-      attend_heads(kn, qh, nh, kf, vf, n_ctx - first, n_kv_heads, g, head_dim, v_dim, scale, p, oh);
+  const CausalItems items(q, k, v, T, len0, window, n_heads, n_kv_heads, head_dim, v_dim, scale, out);
+  for_rows(items.count(), items.item_bytes(), 1, [&](int64_t i0, int64_t i1) {
+    float* p = cpu::scratch(3, size_t(items.per_slice * (len0 + T)));
+    int64_t t, h0, nh;
+    for (int64_t i = i0; i < i1; ++i) items.run(kn, i, p, &t, &h0, &nh);
+  });
+}
+
+bool merged_attention_o() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOEFLUX_MERGED_ATTN_O");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+void attention_project(const float* q, const float* k, const float* v, int64_t len0, int64_t window, int64_t n_heads,
+                       int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate, float* att,
+                       const QWeight& wo, float* out) {
+  MF_ASSERT(wo.cols == n_heads * head_dim);
+  const cpu::Kernels& kn = kernels();
+  const CausalItems items(q, k, v, 1, len0, window, n_heads, n_kv_heads, head_dim, head_dim, scale, att);
+  ThreadPool& pool = cpu_thread_pool();
+  const int64_t rb = int64_t(wo.row_bytes());
+  if (!merged_attention_o() || pool.size() == 1 || wo.rows * rb < parallel_min_bytes()) {
+    attention_causal(q, k, v, 1, len0, window, n_heads, n_kv_heads, head_dim, head_dim, scale, att);
+    if (gate) apply_sigmoid_gate(gate, att, n_heads * head_dim);
+    return matvec(wo, att, out);
+  }
+  // Blocks of wo's rows, shrinking as in for_rows' guided chunks (multiples of the matvec's
+  // 4-row blocks, at least kChunkMinBytes).
+  std::vector<int64_t> at{0};
+  const int64_t min_rows = (std::max<int64_t>(1, kChunkMinBytes / rb) + 3) / 4 * 4;
+  while (at.back() < wo.rows) {
+    const int64_t left = wo.rows - at.back();
+    const int64_t take = std::max(min_rows, ((left + 2 * pool.size() - 1) / (2 * pool.size()) + 3) / 4 * 4);
+    at.push_back(std::min(wo.rows, at.back() + take));
+  }
+  const int64_t n_attn = items.count(), n_rows = int64_t(at.size()) - 1;
+  cpu::PreparedX& px = prepared_x();
+  std::atomic<int64_t> left{n_attn};  // attention items still running
+  std::atomic<bool> ready{false}, failed{false};  // att complete and prepared for wo (px)
+  each_item(n_attn + n_rows, false, [&](int64_t b) {
+    if (b < n_attn) {
+      try {
+        float* p = cpu::scratch(3, size_t(items.per_slice * (len0 + 1)));
+        int64_t t, h0, nh;
+        items.run(kn, b, p, &t, &h0, &nh);
+        if (gate && nh > 0) apply_sigmoid_gate(gate + h0 * head_dim, att + h0 * head_dim, nh * head_dim);
+        if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) {  // att complete: prepare it here
+          prepare_for(kn, wo, att, &px);
+          ready.store(true, std::memory_order_release);
+        }
+      } catch (...) {
+        failed.store(true, std::memory_order_release);
+        throw;
+      }
+      return;
     }
-  };
-  const int64_t per_item = (len0 + (T + 1) / 2) * (head_dim + v_dim) * 4 * per_slice;  // average context
-  for_rows(T * n_kv_heads * split, per_item, 1, items);
+    // Items are handed out in order: every attention item is running or done by now.
+    while (!ready.load(std::memory_order_acquire)) {
+      if (failed.load(std::memory_order_acquire)) return;
+      cpu_relax();
+    }
+    kn.matvec_rows(wo, px, out, at[size_t(b - n_attn)], at[size_t(b - n_attn) + 1]);
+  });
 }
 
 void mla_attention_absorbed(const float* q_c, const float* q_pe, const float* c, const float* k_pe, int64_t n_ctx,

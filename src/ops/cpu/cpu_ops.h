@@ -92,6 +92,15 @@ void attention(const float* q, const float* k, const float* v, int64_t n_ctx, in
 void attention_causal(const float* q, const float* k, const float* v, int64_t T, int64_t len0, int64_t window,
                       int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out);
 
+// One decoded token's attention_causal (T = 1) and output projection, out = wo (att * sigmoid(gate))
+// (no gate when gate is null), in one parallel region: the attention items first, then blocks of
+// wo's rows, which start once the last attention item has prepared att for wo. Saves a region's
+// start and tail a layer. att (n_heads, head_dim) receives the gated attention output. The same
+// bits as attention_causal, the gate and matvec in turn (MOEFLUX_MERGED_ATTN_O=0 runs those).
+void attention_project(const float* q, const float* k, const float* v, int64_t len0, int64_t window, int64_t n_heads,
+                       int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate, float* att,
+                       const QWeight& wo, float* out);
+
 // Absorbed MLA attention of one query over n_ctx latent positions, as
 // mla_attention_absorbed_ref (ops/ref): per head, scores q_c . c_t + q_pe . k_pe_t, softmax,
 // out = sum_t p_t c_t; heads split over the threads. q_c (n_heads, rank), q_pe (n_heads,
