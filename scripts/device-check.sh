@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=" ...), "stream16", "ppperf" (perf of a prefill per thread). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=" ...), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -82,6 +82,14 @@ for s in ${DEVICE_STEPS:-stream}; do
           echo | tee -a "$OUT/envab.md"
         done
       done ;;
+    thp)  # transparent huge pages: the host's settings and a resident bench's share of 2 MiB pages
+      p=$(cpu_pack)
+      for f in enabled defrag; do echo "thp $f: $(cat /sys/kernel/mm/transparent_hugepage/$f)"; done | tee -a "$OUT/thp.md"
+      $W/build/src/moeflux bench -m "$p" -p 0 -n 512 -r 1 >/dev/null 2>&1 &
+      bp=$!
+      sleep 14
+      grep -E "^(Rss|AnonHugePages)" /proc/$bp/smaps_rollup 2>&1 | tr '\n' ' ' | tee -a "$OUT/thp.md"
+      wait $bp; echo | tee -a "$OUT/thp.md" ;;
     stream16)  # streaming table and warm-cache check on the CPU bench's 16-layer pack
       p=$W/qwen3-30b-a3b-l16
       [ -f "$p/manifest.json" ] || timeout 240 $W/build/src/moeflux synth --preset qwen3-30b-a3b --layers 16 --format pack --out "$p" >/dev/null 2>&1
