@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=" ...), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15" ...), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -76,9 +76,13 @@ for s in ${DEVICE_STEPS:-stream}; do
         [ $((round % 2)) = 0 ] && order=($(printf '%s\n' "${vs[@]}" | tac))
         for v in "${order[@]}"; do
           name=${v%%=*} spec=${v#*=}
-          IFS=, read -r -a e <<<"$spec"
+          IFS=, read -r -a kv <<<"$spec"
+          e=() ta=()  # THREADS=N in a spec is bench's --threads N
+          for x in "${kv[@]}"; do
+            if [ "${x%%=*}" = THREADS ]; then ta=(--threads "${x#THREADS=}"); elif [ -n "$x" ]; then e+=("$x"); fi
+          done
           echo -n "round$round $name: " | tee -a "$OUT/envab.md"
-          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 --profile 2>&1 | grep -E "^\| (qwen|tg32)|ceilings measured" | tr '\n' ' ' | tee -a "$OUT/envab.md"
+          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 --profile "${ta[@]}" 2>&1 | grep -E "^\| (qwen|tg32)|ceilings measured" | tr '\n' ' ' | tee -a "$OUT/envab.md"
           echo | tee -a "$OUT/envab.md"
         done
       done ;;
