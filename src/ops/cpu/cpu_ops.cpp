@@ -291,6 +291,14 @@ bool down_by_expert() {
   return on;
 }
 
+bool guided_down() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOEFLUX_GUIDED_DOWN");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 // swiglu_experts_combined with its down rows dealt per expert: item (i, b) is rows
 // [b * dblock, (b + 1) * dblock) of expert i's down (one contiguous run), started as soon as
 // h_i is prepared; the thread that completes a block's last expert adds the block up.
@@ -360,7 +368,17 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
   const int64_t gu_items = n * items.blocks;
   const int64_t dchunks = 4 * max_chunks_per_thread() * cpu_thread_pool().size();  // small: the region ends with them
   const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
-  const int64_t d_items = (dim + dblock - 1) / dblock;
+  // Down blocks: dblock rows each, or (guided) shrinking from dblock to 16 rows as the rows run
+  // out, so that the region's last items are short.
+  std::vector<int64_t> dat{0};
+  const int64_t threads = cpu_thread_pool().size();
+  while (dat.back() < dim) {
+    const int64_t left_rows = dim - dat.back();
+    const int64_t take = guided_down() ? std::clamp<int64_t>(((left_rows + threads - 1) / threads + 15) / 16 * 16, 16, dblock)
+                                       : dblock;
+    dat.push_back(std::min(dim, dat.back() + take));
+  }
+  const int64_t d_items = int64_t(dat.size()) - 1;
   if (down_by_expert()) return experts_combined_by_expert(k, n, items, down, px, gu, pool, w, out, ys, yp, dim);
   std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
   for (int i = 0; i < n; ++i) left[i].store(int(items.blocks), std::memory_order_relaxed);
@@ -385,7 +403,7 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
     // Items are handed out in order, so every gate / up block is running or done by now. The
     // experts whose h is ready run first, whatever their order (each into its own ys row), and
     // the thread waits only when none is; the sum is still taken in expert order.
-    const int64_t r0 = (b - gu_items) * dblock, r1 = std::min(dim, r0 + dblock);
+    const int64_t r0 = dat[size_t(b - gu_items)], r1 = dat[size_t(b - gu_items) + 1];
     uint32_t todo = n == 32 ? ~0u : (1u << n) - 1;
     while (todo) {
       bool ran = false;
