@@ -29,7 +29,14 @@ int64_t parallel_min_bytes() {
   }();
   return n;
 }
-constexpr int64_t kChunkMinBytes = 32 << 10;      // weight bytes per chunk at least
+// Weight bytes per chunk at least (MOEFLUX_CHUNK_MIN_KB overrides; tuning).
+int64_t chunk_min_bytes() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("MOEFLUX_CHUNK_MIN_KB");
+    return (e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(32)) << 10;
+  }();
+  return n;
+}
 // Chunks per thread at most: more, smaller chunks shorten the wait for the last one; fewer
 // cost fewer hand-offs. MOEFLUX_CHUNKS_PER_THREAD overrides it (tuning).
 int64_t max_chunks_per_thread() {
@@ -57,9 +64,9 @@ cpu::PreparedX& prepared_x() {
 }
 
 // Rows per chunk, a multiple of m: 1 to max_chunks_per_thread() chunks per thread (a whole number of chunks per
-// thread, so that a small matrix ends in one round), each at least kChunkMinBytes.
+// thread, so that a small matrix ends in one round), each at least chunk_min_bytes().
 int64_t row_grain(int64_t rows, int64_t row_work, int threads, int64_t m) {
-  const int64_t per_thread = std::clamp<int64_t>(rows * row_work / (int64_t(threads) * kChunkMinBytes), 1, max_chunks_per_thread());
+  const int64_t per_thread = std::clamp<int64_t>(rows * row_work / (int64_t(threads) * chunk_min_bytes()), 1, max_chunks_per_thread());
   const int64_t chunks = per_thread * threads;
   const int64_t g = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
   return (g + m - 1) / m * m;
@@ -79,10 +86,10 @@ void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
   ThreadPool& pool = cpu_thread_pool();
   if (pool.size() == 1) return fn(int64_t(0), rows);
   if (!guided_rows()) return pool.parallel_for(rows, row_grain(rows, row_work, pool.size(), m), fn);
-  // Guided chunks: long first runs, short last ones (at least kChunkMinBytes), in multiples
+  // Guided chunks: long first runs, short last ones (at least chunk_min_bytes()), in multiples
   // of m (matvec callers pass a multiple of its 4-row blocks; items such as attention heads
   // pass 1, or 4 items would make one chunk and run on one thread).
-  const int64_t min_rows = (std::max<int64_t>(1, kChunkMinBytes / std::max<int64_t>(1, row_work)) + m - 1) / m * m;
+  const int64_t min_rows = (std::max<int64_t>(1, chunk_min_bytes() / std::max<int64_t>(1, row_work)) + m - 1) / m * m;
   pool.parallel_for_guided(rows, min_rows, m, fn);
 }
 
@@ -612,9 +619,9 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
     return matvec(wo, att, out);
   }
   // Blocks of wo's rows, shrinking as in for_rows' guided chunks (multiples of the matvec's
-  // 4-row blocks, at least kChunkMinBytes).
+  // 4-row blocks, at least chunk_min_bytes()).
   std::vector<int64_t> at{0};
-  const int64_t min_rows = (std::max<int64_t>(1, kChunkMinBytes / rb) + 3) / 4 * 4;
+  const int64_t min_rows = (std::max<int64_t>(1, chunk_min_bytes() / rb) + 3) / 4 * 4;
   while (at.back() < wo.rows) {
     const int64_t left = wo.rows - at.back();
     const int64_t take = std::max(min_rows, ((left + 2 * pool.size() - 1) / (2 * pool.size()) + 3) / 4 * 4);
