@@ -290,64 +290,16 @@ void combine_weighted(int n, const float* const* ys, const float* w, float* out,
 }
 
 namespace {
-bool down_by_expert() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_DOWN_BY_EXPERT");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-
+// Fused decode experts' down blocks shrink toward the region's end: on the Xeon, 16 threads,
+// 48 layers, 43.49 / 47.87 / 46.15 t/s against 41.16 / 44.75 / 44.36 with fixed 64-row blocks
+// (caller's wait 6-9 against 12-13 us a region; docs/benchmarks.md, issue 8 twelfth pass).
+// MOEFLUX_GUIDED_DOWN=0 keeps the fixed blocks.
 bool guided_down() {
   static const bool on = [] {
     const char* e = std::getenv("MOEFLUX_GUIDED_DOWN");
     return !(e && std::string(e) == "0");
   }();
   return on;
-}
-
-// swiglu_experts_combined with its down rows dealt per expert: item (i, b) is rows
-// [b * dblock, (b + 1) * dblock) of expert i's down (one contiguous run), started as soon as
-// h_i is prepared; the thread that completes a block's last expert adds the block up.
-void experts_combined_by_expert(const cpu::Kernels& k, int n, const GateUpItems& items, const QWeight* const* down,
-                                const cpu::PreparedX& px, float* gu, std::vector<cpu::PreparedX>& pool, const float* w,
-                                float* out, float* ys, const float* const* yp, int64_t dim) {
-  const int64_t gu_items = n * items.blocks;
-  const int64_t threads = cpu_thread_pool().size();
-  const int64_t per_expert = std::max<int64_t>(1, (2 * threads + n - 1) / n);
-  const int64_t dblock = std::max<int64_t>(16, ((dim + per_expert - 1) / per_expert + 15) / 16 * 16);
-  const int64_t dblocks = (dim + dblock - 1) / dblock;
-  std::atomic<int> left[kMaxFusedExperts];
-  std::atomic<bool> prepared[kMaxFusedExperts];
-  for (int i = 0; i < n; ++i) left[i].store(int(items.blocks), std::memory_order_relaxed);
-  for (int i = 0; i < n; ++i) prepared[i].store(false, std::memory_order_relaxed);
-  std::vector<std::atomic<int>> parts(static_cast<size_t>(dblocks));  // experts done per block
-  for (auto& a : parts) a.store(0, std::memory_order_relaxed);
-  std::atomic<bool> failed{false};
-  PhaseTimer pt("experts.fused");
-  each_item(gu_items + n * dblocks, items.small(n), [&](int64_t b) {
-    if (b < gu_items) {
-      try {
-        const int64_t i = items.run(k, b, px, gu);
-        if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-          prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
-          prepared[i].store(true, std::memory_order_release);
-        }
-      } catch (...) {
-        failed.store(true, std::memory_order_release);
-        throw;
-      }
-      return;
-    }
-    const int64_t i = (b - gu_items) / dblocks, blk = (b - gu_items) % dblocks;
-    const int64_t r0 = blk * dblock, r1 = std::min(dim, r0 + dblock);
-    while (!prepared[i].load(std::memory_order_acquire)) {
-      if (failed.load(std::memory_order_acquire)) return;
-      cpu_relax();
-    }
-    k.matvec_rows(*down[i], pool[size_t(i)], ys + i * dim, r0, r1);
-    if (parts[size_t(blk)].fetch_add(1, std::memory_order_acq_rel) + 1 == n) combine_weighted(n, yp, w, out, r0, r1);
-  });
 }
 }  // namespace
 
@@ -386,7 +338,6 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
     dat.push_back(std::min(dim, dat.back() + take));
   }
   const int64_t d_items = int64_t(dat.size()) - 1;
-  if (down_by_expert()) return experts_combined_by_expert(k, n, items, down, px, gu, pool, w, out, ys, yp, dim);
   std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
   for (int i = 0; i < n; ++i) left[i].store(int(items.blocks), std::memory_order_relaxed);
   std::atomic<bool> prepared[kMaxFusedExperts];  // expert i's h is prepared (pool[i])
