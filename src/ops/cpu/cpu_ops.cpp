@@ -25,7 +25,7 @@ namespace {
 int64_t parallel_min_bytes() {
   static const int64_t n = [] {
     const char* e = std::getenv("MOEFLUX_PARALLEL_MIN_KB");
-    return (e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(64)) << 10;
+    return (e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(256)) << 10;
   }();
   return n;
 }

@@ -122,13 +122,21 @@ void dot4xt(const float* const* w, const float* const* x, int64_t n, float out[4
 
 // ---- dense and fp8 rows ----
 
+// The step unrolled (-O2 otherwise keeps c[] on the stack) and the bytes 2 KiB further on
+// prefetched, as kernels_avx512.cpp does. The sums are unchanged.
 template <DType T>
 float dense_row_dot(const uint8_t* row, const float* x, int64_t n) {
+  constexpr int64_t es = T == DType::F32 ? 4 : 2;  // bytes per element
   __m256 c[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
-  for (; i + 4 * L <= n; i += 4 * L)
+  for (; i + 4 * L <= n; i += 4 * L) {
+#pragma GCC unroll 2
+    for (int64_t b = 0; b < 4 * L * es; b += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + i * es + b + 2048, _MM_HINT_T0);
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j)
       c[j] = _mm256_fmadd_ps(load8<T>(row, i + j * L), _mm256_loadu_ps(x + i + j * L), c[j]);
+  }
   for (; i + L <= n; i += L) c[0] = _mm256_fmadd_ps(load8<T>(row, i), _mm256_loadu_ps(x + i), c[0]);
   float tail = 0.0f;
   for (; i < n; ++i) tail += load_f32(T, row, size_t(i)) * x[i];
