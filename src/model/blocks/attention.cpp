@@ -83,8 +83,7 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   } else {
     attention_causal(q, kv.k.data(), kv.v.data(), T, len0, window, n_heads, n_kv_heads, head_dim, head_dim,
                      scale, att);
-    if (gated)
-      for (int64_t i = 0; i < T * qd; ++i) att[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+    if (gated) sigmoid_gate(gate, att, T * qd);
     matmul(wo, att, T, out);
   }
   for (std::vector<float>* v : {&buf.qg, &buf.q, &buf.gate, &buf.att}) release_if_large(*v);

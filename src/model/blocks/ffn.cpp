@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <array>
-#include <numeric>
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 #include <span>
 
 #include "core/phase_timer.h"

@@ -21,30 +21,44 @@
 namespace moeflux {
 
 namespace {
+// Tuning switches, read by their callers once: a positive integer (else def), and a switch on
+// unless set to "0".
+int64_t env_positive(const char* name, int64_t def) {
+  const char* e = std::getenv(name);
+  return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : def;
+}
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::string(e) == "0");
+}
+
 // Weight bytes below which one thread runs (MOEFLUX_PARALLEL_MIN_KB overrides; tuning).
 int64_t parallel_min_bytes() {
-  static const int64_t n = [] {
-    const char* e = std::getenv("MOEFLUX_PARALLEL_MIN_KB");
-    return (e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(256)) << 10;
-  }();
+  static const int64_t n = env_positive("MOEFLUX_PARALLEL_MIN_KB", 256) << 10;
   return n;
 }
 // Weight bytes per chunk at least (MOEFLUX_CHUNK_MIN_KB overrides; tuning).
 int64_t chunk_min_bytes() {
-  static const int64_t n = [] {
-    const char* e = std::getenv("MOEFLUX_CHUNK_MIN_KB");
-    return (e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(32)) << 10;
-  }();
+  static const int64_t n = env_positive("MOEFLUX_CHUNK_MIN_KB", 32) << 10;
   return n;
 }
 // Chunks per thread at most: more, smaller chunks shorten the wait for the last one; fewer
 // cost fewer hand-offs. MOEFLUX_CHUNKS_PER_THREAD overrides it (tuning).
 int64_t max_chunks_per_thread() {
-  static const int64_t n = [] {
-    const char* e = std::getenv("MOEFLUX_CHUNKS_PER_THREAD");
-    return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(4);
-  }();
+  static const int64_t n = env_positive("MOEFLUX_CHUNKS_PER_THREAD", 4);
   return n;
+}
+
+// Bounds of blocks covering [0, n) that shrink as they run out, as the pool's guided chunks
+// do: each takes (what is left) / div, rounded up to a multiple of mult and clamped to
+// [lo, hi] (lo == hi: fixed blocks). Returns the blocks' starts and n.
+std::vector<int64_t> shrinking_bounds(int64_t n, int64_t div, int64_t mult, int64_t lo, int64_t hi) {
+  std::vector<int64_t> at{0};
+  while (at.back() < n) {
+    const int64_t take = std::clamp(((n - at.back() + div - 1) / div + mult - 1) / mult * mult, lo, hi);
+    at.push_back(std::min(n, at.back() + take));
+  }
+  return at;
 }
 
 const cpu::Kernels& kernels() {
@@ -73,10 +87,7 @@ int64_t row_grain(int64_t rows, int64_t row_work, int threads, int64_t m) {
 }
 
 bool guided_rows() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_GUIDED");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_on("MOEFLUX_GUIDED");
   return on;
 }
 
@@ -295,10 +306,7 @@ namespace {
 // (caller's wait 6-9 against 12-13 us a region; docs/benchmarks.md, issue 8 twelfth pass).
 // MOEFLUX_GUIDED_DOWN=0 keeps the fixed blocks.
 bool guided_down() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_GUIDED_DOWN");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_on("MOEFLUX_GUIDED_DOWN");
   return on;
 }
 }  // namespace
@@ -329,14 +337,8 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
   const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
   // Down blocks: dblock rows each, or (guided) shrinking from dblock to 16 rows as the rows run
   // out, so that the region's last items are short.
-  std::vector<int64_t> dat{0};
-  const int64_t threads = cpu_thread_pool().size();
-  while (dat.back() < dim) {
-    const int64_t left_rows = dim - dat.back();
-    const int64_t take = guided_down() ? std::clamp<int64_t>(((left_rows + threads - 1) / threads + 15) / 16 * 16, 16, dblock)
-                                       : dblock;
-    dat.push_back(std::min(dim, dat.back() + take));
-  }
+  const std::vector<int64_t> dat =
+      shrinking_bounds(dim, cpu_thread_pool().size(), 16, guided_down() ? 16 : dblock, dblock);
   const int64_t d_items = int64_t(dat.size()) - 1;
   std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
   for (int i = 0; i < n; ++i) left[i].store(int(items.blocks), std::memory_order_relaxed);
@@ -513,29 +515,30 @@ struct CausalItems {
   int64_t count() const { return T * n_kv_heads * split; }
   // Bytes of K and V one item reads, at the average context.
   int64_t item_bytes() const { return (len0 + (T + 1) / 2) * (head_dim + v_dim) * 4 * per_slice; }
-  // Runs item i with p: per_slice * (len0 + T) floats of scratch; *h0 / *nh: the heads of token
-  // *t it wrote (nh 0: none).
-  void run(const cpu::Kernels& kn, int64_t i, float* p, int64_t* t_out, int64_t* h0_out, int64_t* nh_out) const {
+  struct Heads {
+    int64_t first, count;  // of the item's token
+  };
+  // Runs item i with p: per_slice * (len0 + T) floats of scratch; returns the query heads it
+  // wrote (count 0: none).
+  Heads run(const cpu::Kernels& kn, int64_t i, float* p) const {
     const int64_t t = i / (n_kv_heads * split), g = i / split % n_kv_heads, s = i % split;
     const int64_t h0 = g * group + s * per_slice, nh = std::min(per_slice, (g + 1) * group - h0);
-    *t_out = t, *h0_out = h0, *nh_out = std::max<int64_t>(0, nh);
-    if (nh <= 0) return;
+    if (nh <= 0) return {h0, 0};
     const int64_t n_ctx = len0 + t + 1, first = window > 0 && n_ctx > window ? n_ctx - window : 0;
     const float *qh = q + (t * n_heads + h0) * head_dim, *kf = k + first * n_kv_heads * head_dim,
                 *vf = v + first * n_kv_heads * v_dim;
     float* oh = out + (t * n_heads + h0) * v_dim;
-    if (kn.attend && kn.attend(qh, nh, kf + g * head_dim, vf + g * v_dim, n_ctx - first, n_kv_heads * head_dim,
-                               n_kv_heads * v_dim, head_dim, v_dim, scale, p, oh))
-      return;
-    attend_heads(kn, qh, nh, kf, vf, n_ctx - first, n_kv_heads, g, head_dim, v_dim, scale, p, oh);
+    if (!kn.attend || !kn.attend(qh, nh, kf + g * head_dim, vf + g * v_dim, n_ctx - first, n_kv_heads * head_dim,
+                                 n_kv_heads * v_dim, head_dim, v_dim, scale, p, oh))
+      attend_heads(kn, qh, nh, kf, vf, n_ctx - first, n_kv_heads, g, head_dim, v_dim, scale, p, oh);
+    return {h0, nh};
   }
 };
+}  // namespace
 
-// out[i] *= sigmoid(gate[i]) for i < n (gated attention's output gate).
-void apply_sigmoid_gate(const float* gate, float* out, int64_t n) {
+void sigmoid_gate(const float* gate, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
 }
-}  // namespace
 
 void attention_causal(const float* q, const float* k, const float* v, int64_t T, int64_t len0, int64_t window,
                       int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out) {
@@ -543,16 +546,12 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
   const CausalItems items(q, k, v, T, len0, window, n_heads, n_kv_heads, head_dim, v_dim, scale, out);
   for_rows(items.count(), items.item_bytes(), 1, [&](int64_t i0, int64_t i1) {
     float* p = cpu::scratch(3, size_t(items.per_slice * (len0 + T)));
-    int64_t t, h0, nh;
-    for (int64_t i = i0; i < i1; ++i) items.run(kn, i, p, &t, &h0, &nh);
+    for (int64_t i = i0; i < i1; ++i) items.run(kn, i, p);
   });
 }
 
 bool merged_attention_o() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_MERGED_ATTN_O");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_on("MOEFLUX_MERGED_ATTN_O");
   return on;
 }
 
@@ -566,18 +565,13 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
   const int64_t rb = int64_t(wo.row_bytes());
   if (!merged_attention_o() || pool.size() == 1 || wo.rows * rb < parallel_min_bytes()) {
     attention_causal(q, k, v, 1, len0, window, n_heads, n_kv_heads, head_dim, head_dim, scale, att);
-    if (gate) apply_sigmoid_gate(gate, att, n_heads * head_dim);
+    if (gate) sigmoid_gate(gate, att, n_heads * head_dim);
     return matvec(wo, att, out);
   }
   // Blocks of wo's rows, shrinking as in for_rows' guided chunks (multiples of the matvec's
   // 4-row blocks, at least chunk_min_bytes()).
-  std::vector<int64_t> at{0};
   const int64_t min_rows = (std::max<int64_t>(1, chunk_min_bytes() / rb) + 3) / 4 * 4;
-  while (at.back() < wo.rows) {
-    const int64_t left = wo.rows - at.back();
-    const int64_t take = std::max(min_rows, ((left + 2 * pool.size() - 1) / (2 * pool.size()) + 3) / 4 * 4);
-    at.push_back(std::min(wo.rows, at.back() + take));
-  }
+  const std::vector<int64_t> at = shrinking_bounds(wo.rows, 2 * pool.size(), 4, min_rows, std::max(min_rows, wo.rows));
   const int64_t n_attn = items.count(), n_rows = int64_t(at.size()) - 1;
   cpu::PreparedX& px = prepared_x();
   std::atomic<int64_t> left{n_attn};  // attention items still running
@@ -586,9 +580,8 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
     if (b < n_attn) {
       try {
         float* p = cpu::scratch(3, size_t(items.per_slice * (len0 + 1)));
-        int64_t t, h0, nh;
-        items.run(kn, b, p, &t, &h0, &nh);
-        if (gate && nh > 0) apply_sigmoid_gate(gate + h0 * head_dim, att + h0 * head_dim, nh * head_dim);
+        const CausalItems::Heads h = items.run(kn, b, p);  // of the one token
+        if (gate) sigmoid_gate(gate + h.first * head_dim, att + h.first * head_dim, h.count * head_dim);
         if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) {  // att complete: prepare it here
           prepare_for(kn, wo, att, &px);
           ready.store(true, std::memory_order_release);

@@ -92,6 +92,9 @@ void attention(const float* q, const float* k, const float* v, int64_t n_ctx, in
 void attention_causal(const float* q, const float* k, const float* v, int64_t T, int64_t len0, int64_t window,
                       int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out);
 
+// out[i] *= sigmoid(gate[i]) for i < n: gated attention's output gate (every path's same bits).
+void sigmoid_gate(const float* gate, float* out, int64_t n);
+
 // One decoded token's attention_causal (T = 1) and output projection, out = wo (att * sigmoid(gate))
 // (no gate when gate is null), in one parallel region: the attention items first, then blocks of
 // wo's rows, which start once the last attention item has prepared att for wo. Saves a region's
