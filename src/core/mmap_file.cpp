@@ -132,6 +132,12 @@ MmapFile::~MmapFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), alloc_);
 }
 
+void MmapFile::make_writable() const {
+  MF_ASSERT(resident_);
+  if (::mprotect(const_cast<uint8_t*>(data_), alloc_, PROT_READ | PROT_WRITE) != 0)
+    fail(path_, ": cannot make the resident copy writable: ", std::strerror(errno));
+}
+
 void MmapFile::drop_pages(const void* p, size_t n) const {
   if (!resident_) drop_mapped_pages(p, n);
 }

@@ -26,6 +26,9 @@ class MmapFile {
   // Releases this process's pages of [p, p + n) of a mapped file (drop_mapped_pages); a
   // resident copy keeps them (dropping anonymous pages would discard the data).
   void drop_pages(const void* p, size_t n) const;
+  // A resident copy made writable, so that a layout can be rewritten in place (the
+  // group-lane code layout, ops/group_lanes.h). PRECOND: resident().
+  void make_writable() const;
 
  private:
   std::string path_;

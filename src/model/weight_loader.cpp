@@ -1,6 +1,11 @@
 // Shape-checked QWeight views over checkpoint tensors.
 #include "model/weight_loader.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "ops/group_lanes.h"
+
 #include "core/error.h"
 
 namespace moeflux {
@@ -86,7 +91,24 @@ QWeight WeightLoader::load(const std::string& module, int64_t n_stack, int64_t r
     if (scale_stride) *scale_stride = 0;
   }
   if (data_stride) *data_stride = q.data_bytes();
+  if (group_lanes_) adopt_group_lanes(q, std::max<int64_t>(1, n_stack));
   return q;
+}
+
+void WeightLoader::adopt_group_lanes(QWeight& q, int64_t n_stack) const {
+  if (!group_lanes_eligible(q)) return;
+  if (converted_.insert(q.data).second) {
+    QWeight all = q;
+    all.rows = q.rows * n_stack;
+    std::vector<uint8_t> rows(q.row_bytes() * 256);
+    uint8_t* dst = const_cast<uint8_t*>(q.data);  // the resident copy (use_group_lanes)
+    for (int64_t r = 0; r < all.rows; r += 256) {
+      const int64_t n = std::min<int64_t>(256, all.rows - r);
+      convert_group_lanes(all, r, r + n, true, rows.data());
+      std::memcpy(dst + size_t(r) * q.row_bytes(), rows.data(), size_t(n) * q.row_bytes());
+    }
+  }
+  q.group_lanes = true;
 }
 
 QWeight WeightLoader::linear(const std::string& module, int64_t rows, int64_t cols) const {

@@ -5,6 +5,7 @@
 // DeepSeek FP8 (weight + weight_scale_inv). Experts: one tensor per expert
 // (`{moe}.experts.{e}.{proj}`) or MLX stacks (`{moe}.switch_mlp.{proj}`, (n_experts, rows, cols)).
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ namespace moeflux {
 class WeightLoader {
  public:
   WeightLoader(const TensorStore& store, const ModelConfig& cfg) : store_(store), cfg_(cfg) {}
+  // Eligible 4-bit weights are rewritten in place to the group-lane code layout
+  // (ops/group_lanes.h) as they are loaded. PRECOND: the store's bytes are a private,
+  // writable copy (a resident pack) read only by the CPU kernels.
+  void use_group_lanes() { group_lanes_ = true; }
 
   bool has(const std::string& name) const { return store_.has(name); }
   // `module` is the tensor name without ".weight". Expects (rows, cols).
@@ -37,8 +42,12 @@ class WeightLoader {
   // sets `expert_stride` (bytes of data, scales) for slicing.
   QWeight load(const std::string& module, int64_t n_stack, int64_t rows, int64_t cols,
                size_t* data_stride, size_t* scale_stride) const;
+  // Converts q (n_stack stacked matrices from q.data) in place, once per tensor.
+  void adopt_group_lanes(QWeight& q, int64_t n_stack) const;
   const TensorStore& store_;
   const ModelConfig& cfg_;
+  bool group_lanes_ = false;
+  mutable std::set<const uint8_t*> converted_;  // tensors already in group-lane order (tied ones load twice)
 };
 
 }  // namespace moeflux

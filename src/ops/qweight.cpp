@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/group_lanes.h"
 
 namespace moeflux {
 
@@ -24,7 +25,7 @@ std::string QWeight::describe() const {
   switch (format) {
     case WFormat::Dense: return std::string(dtype_name(dtype)) + " " + shape;
     case WFormat::Affine:
-      return "affine q" + std::to_string(bits) + " g" + std::to_string(group_size) + " " + shape;
+      return "affine q" + std::to_string(bits) + " g" + std::to_string(group_size) + (group_lanes ? " lanes " : " ") + shape;
     case WFormat::Fp8Block:
       return "fp8 block " + std::to_string(block_rows) + "x" + std::to_string(block_cols) + " " + shape;
   }
@@ -62,7 +63,9 @@ void dequant_row_ref(const QWeight& w, int64_t r, float* out) {
         const float b = load_f32(w.sdtype, w.biases, size_t(r * ng + g));
         for (int64_t k = 0; k < w.group_size; ++k) {
           const int64_t c = g * w.group_size + k;
-          out[c] = float(unpack_bits(row, c, w.bits)) * s + b;
+          // group-lane rows: code c is code c % 8 of natural word c / 8, moved (group_lanes.h)
+          const int64_t cc = w.group_lanes ? group_lane_word(c / 8, ng, w.group_size / 8) * 8 + c % 8 : c;
+          out[c] = float(unpack_bits(row, cc, w.bits)) * s + b;
         }
       }
       return;

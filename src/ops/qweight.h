@@ -27,6 +27,9 @@ struct QWeight {
   DType sdtype = DType::BF16;
   const uint8_t* scales = nullptr;  // (rows, cols / group_size)
   const uint8_t* biases = nullptr;  // (rows, cols / group_size)
+  // 4-bit affine only: each row's code words in group-lane order (ops/group_lanes.h), the CPU
+  // integer matvec's layout; false: the natural order above.
+  bool group_lanes = false;
   // Fp8Block
   int block_rows = 0, block_cols = 0;
   const uint8_t* block_scales = nullptr;  // (ceil(rows / block_rows), ceil(cols / block_cols)) of sdtype

@@ -1,6 +1,7 @@
 // model_type dispatch and load_model (checkpoint directories and packs).
 #include "model/archs/archs.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "core/error.h"
@@ -46,9 +47,20 @@ std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode) {
     for (const auto& a : supported_architectures()) known += (known.empty() ? "" : ", ") + a;
     fail(m->cfg.path, ": unknown architecture model_type '", m->cfg.arch, "' (supported: ", known, ")");
   }
+  // Experimental (off by default, README): MOEFLUX_GROUP_LANES=1 rewrites a resident pack's 4-bit
+  // weights in place into the group-lane layout the AVX-512 VNNI matvec reads. Only resident
+  // packs: they are private copies, and a resident pack never gets an expert cache (whose slots
+  // would be filled in natural order from the files; stream/streaming.cpp).
+  const bool lanes = pack && pack_mode == MapMode::Resident && std::getenv("MOEFLUX_GROUP_LANES") &&
+                     std::getenv("MOEFLUX_GROUP_LANES")[0] == '1';
+  if (lanes) {
+    pack->dense_map().make_writable();
+    for (size_t i = 0; i < pack->manifest().experts.size(); ++i) pack->layer_map(i).make_writable();
+  }
   if (pack) m->store = std::move(pack);
   else m->store = TensorStore::open_dir(dir);
   WeightLoader w(*m->store, m->cfg);
+  if (lanes) w.use_group_lanes();
   build(*m, w);
   return m;
 }

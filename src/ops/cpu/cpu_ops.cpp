@@ -107,7 +107,8 @@ void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
 // Weights whose x can be prepared once for all of them (same layout and width).
 bool same_layout(const QWeight& a, const QWeight& b) {
   return a.format == b.format && a.dtype == b.dtype && a.bits == b.bits && a.group_size == b.group_size &&
-         a.sdtype == b.sdtype && a.cols == b.cols && a.block_rows == b.block_rows && a.block_cols == b.block_cols;
+         a.sdtype == b.sdtype && a.cols == b.cols && a.block_rows == b.block_rows && a.block_cols == b.block_cols &&
+         a.group_lanes == b.group_lanes;
 }
 }  // namespace
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/aligned.h"
+#include "core/dtype.h"
+#include "ops/group_lanes.h"
 #include "ops/qweight.h"
 
 namespace moeflux::cpu {
@@ -49,6 +51,7 @@ struct PreparedX {
   // (|q| <= digit_qmax(bits)) in three int8 digits, laid out per 64-byte chunk of codes
   // (kernels_avx512_vnni.cpp); dx the per-group steps (padded with >= 16 zeros).
   bool digits = false;
+  bool group_lanes = false;  // digits in the group-lane order of a group_lanes weight
   AlignedVector<int8_t> xd;
   AlignedVector<float> dx;
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
@@ -121,5 +124,25 @@ inline void prefetch_row_params(const QWeight& w, int64_t r, int64_t n, size_t r
 
 // Scratch that lives per thread and only grows (row buffers, per-row scales).
 float* scratch(int slot, size_t n);
+
+// Rows [r0, r1) of a group-lane weight (ops/group_lanes.h) through fn(view, r): blocks of rows
+// converted back to natural code order in per-thread scratch, view holding only those rows
+// (its row i is w's row r + i). For the kernels that read natural codes (the float ones).
+template <typename F>
+void natural_row_blocks(const QWeight& w, int64_t r0, int64_t r1, F&& fn) {
+  thread_local std::vector<uint8_t> buf;
+  const size_t rb = w.row_bytes();
+  const int64_t step = std::max<int64_t>(1, int64_t((size_t(64) << 10) / rb));
+  if (buf.size() < size_t(step) * rb) buf.resize(size_t(step) * rb);
+  const size_t sbytes = size_t(w.cols / w.group_size) * dtype_size(w.sdtype);
+  for (int64_t r = r0; r < r1; r += step) {
+    const int64_t n = std::min(step, r1 - r);
+    convert_group_lanes(w, r, r + n, false, buf.data());
+    QWeight v = w;
+    v.group_lanes = false, v.rows = n, v.data = buf.data();
+    v.scales = w.scales + size_t(r) * sbytes, v.biases = w.biases + size_t(r) * sbytes;
+    fn(v, r);
+  }
+}
 
 }  // namespace moeflux::cpu

@@ -307,6 +307,8 @@ void affine_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  if (px.interleaved && w.group_lanes)
+    return natural_row_blocks(w, r0, r1, [&](const QWeight& v, int64_t r) { matvec_rows(v, px, y + r, 0, v.rows); });
   if (px.interleaved) {
     switch (w.bits) {
       case 2: return affine_matvec_rows<2>(w, px, y, r0, r1);
@@ -343,6 +345,11 @@ void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, in
 int64_t decode_row(const QWeight& w, const PreparedX& px, int64_t r, float* out, float* sb,
                    float* bb) {
   MF_ASSERT(!px.shifted);  // PRECOND: decoded rows hold true codes
+  if (px.interleaved && w.group_lanes) {
+    int64_t n = 0;
+    natural_row_blocks(w, r, r + 1, [&](const QWeight& v, int64_t) { n = decode_row(v, px, 0, out, sb, bb); });
+    return n;
+  }
   if (px.interleaved) {
     switch (w.bits) {
       case 2: affine_row_decode<2>(w, r, out, sb, bb, lane_groups<16>(w.group_size)); break;

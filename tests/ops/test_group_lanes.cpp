@@ -1,0 +1,147 @@
+// The group-lane code layout (ops/group_lanes.h): conversions, the reference dequantisation of
+// converted rows, and every CPU op on converted weights: the AVX-512 VNNI integer matvec that
+// reads the layout against the reference, and the kernels that convert rows back (the float
+// ones, matmul) bit for bit against the same weight in natural order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/kernels.h"
+#include "ops/group_lanes.h"
+#include "ops/ref/ref.h"
+#include "util/random_weights.h"
+#include "util/test_util.h"
+
+namespace moeflux {
+namespace {
+
+// o's weight in group-lane order (its codes in `data`, the scales and biases shared with o).
+struct LaneWeight {
+  QWeight w;
+  std::vector<uint8_t> data;
+};
+LaneWeight to_lanes(const test::OwnedWeight& o) {
+  LaneWeight l{o.w, std::vector<uint8_t>(o.w.data_bytes())};
+  convert_group_lanes(o.w, 0, o.w.rows, true, l.data.data());
+  l.w.data = l.data.data();
+  l.w.group_lanes = true;
+  return l;
+}
+
+struct Shape {
+  int64_t rows, cols;
+  int group_size;
+};
+// One block of 16 groups and more, partial last blocks (12 groups of an expert's down rows,
+// 20 of 32), every eligible group size.
+constexpr Shape kShapes[] = {{5, 768, 64}, {67, 2048, 64}, {9, 640, 32}, {4, 2176, 128}, {3, 64, 64}};
+
+TEST(GroupLanes, WordPositionsFollowTheDefinition) {
+  // 768 columns in groups of 64: 12 groups of 8 words, one partial block (nb = 12); word 5 of
+  // group 3 (natural word 29) sits at 5 * 12 + 3.
+  EXPECT_EQ(group_lane_word(29, 12, 8), 63);
+  // 2176 columns in groups of 128: 17 groups of 16 words; group 16 is alone in block 1.
+  EXPECT_EQ(group_lane_word(16 * 16 + 7, 17, 16), 16 * 16 + 7);
+  EXPECT_EQ(group_lane_word(1 * 16 + 2, 17, 16), 2 * 16 + 1);
+  for (const Shape s : kShapes) {  // a permutation of each row's words
+    const int64_t words = s.cols / 8, ng = s.cols / s.group_size;
+    std::vector<int> seen(static_cast<size_t>(words), 0);
+    for (int64_t k = 0; k < words; ++k) ++seen[size_t(group_lane_word(k, ng, s.group_size / 8))];
+    for (int64_t k = 0; k < words; ++k) EXPECT_EQ(seen[size_t(k)], 1) << s.cols << " word " << k;
+  }
+}
+
+TEST(GroupLanes, ConversionRoundTripsAndDequantisesTheSame) {
+  for (const Shape s : kShapes) {
+    const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, DType::BF16, 7);
+    const LaneWeight l = to_lanes(o);
+    if (s.cols > s.group_size) {
+      EXPECT_NE(l.data, o.data) << o.name();  // the words did move
+    }
+    std::vector<uint8_t> back(o.data.size());
+    convert_group_lanes(l.w, 0, s.rows, false, back.data());
+    EXPECT_EQ(back, o.data) << o.name();
+    std::vector<float> a(static_cast<size_t>(s.cols)), b(a.size());
+    for (int64_t r = 0; r < s.rows; ++r) {
+      dequant_row_ref(o.w, r, a.data());
+      dequant_row_ref(l.w, r, b.data());
+      ASSERT_EQ(a, b) << o.name() << " row " << r;
+    }
+  }
+}
+
+std::vector<CpuIsa> isas() {
+  std::vector<CpuIsa> v;
+  for (CpuIsa i : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni})
+    if (i <= cpu_isa_detected()) v.push_back(i);
+  return v;
+}
+
+// At every level and on 1 and 3 threads: matvec close to the reference (the integer path's
+// x digits keep ~2^-23 of each group's largest |x|), and the same bits as the natural weight
+// wherever rows are read in natural order (every level but the integer matvec; matmul always).
+TEST(GroupLanes, EveryOpAtEveryIsa) {
+  for (const Shape s : kShapes)
+    for (DType sd : {DType::BF16, DType::F16, DType::F32}) {
+      const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, sd, 11);
+      const LaneWeight l = to_lanes(o);
+      const int64_t T = 3;
+      const auto x = test::randn(size_t(T * s.cols), 12);
+      std::vector<float> want(static_cast<size_t>(s.rows));
+      matvec_ref(o.w, x.data(), want.data());
+      for (int threads : {1, 3})
+        for (CpuIsa isa : isas()) {
+          set_cpu_threads(threads);
+          ScopedCpuIsa scoped(isa);
+          std::vector<float> yn(static_cast<size_t>(s.rows)), yl(yn.size());
+          matvec(o.w, x.data(), yn.data());
+          matvec(l.w, x.data(), yl.data());
+          EXPECT_LE(test::rel_l2(yl, want), 1e-5) << o.name() << " " << cpu_isa_name(isa);
+          if (isa != CpuIsa::Avx512Vnni) {
+            EXPECT_EQ(yl, yn) << o.name() << " " << cpu_isa_name(isa);
+          }
+          std::vector<float> mn(static_cast<size_t>(T * s.rows)), ml(mn.size());
+          matmul(o.w, x.data(), T, mn.data());
+          matmul(l.w, x.data(), T, ml.data());
+          EXPECT_EQ(ml, mn) << o.name() << " matmul " << cpu_isa_name(isa);
+        }
+      set_cpu_threads(0);
+    }
+}
+
+// The integer matvec reads the layout itself: x prepared in group-lane order, and the rows as
+// close to the reference as the natural order's integer loop (the float fallback would pass the
+// test above too).
+TEST(GroupLanes, IntegerMatvecReadsTheLayout) {
+  if (cpu_isa_detected() < CpuIsa::Avx512Vnni) GTEST_SKIP() << "no AVX512-VNNI";
+  const cpu::Kernels& k = cpu::kernels_avx512_vnni();
+  for (const Shape s : kShapes) {
+    const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, DType::BF16, 21);
+    const LaneWeight l = to_lanes(o);
+    const auto x = test::randn(size_t(s.cols), 22);
+    cpu::PreparedX px;
+    ASSERT_TRUE(k.prepare_special(l.w, x.data(), &px));
+    EXPECT_TRUE(px.digits && px.group_lanes) << o.name();
+    std::vector<float> y(static_cast<size_t>(s.rows), NAN), yn(y.size(), NAN), want(y.size());
+    k.matvec_rows(l.w, px, y.data(), 0, s.rows);
+    matvec_ref(o.w, x.data(), want.data());
+    // No less accurate than the natural order's integer loop (the same x digits).
+    cpu::PreparedX pn;
+    ASSERT_TRUE(k.prepare_special(o.w, x.data(), &pn));
+    EXPECT_FALSE(pn.group_lanes);
+    k.matvec_rows(o.w, pn, yn.data(), 0, s.rows);
+    EXPECT_LE(test::rel_l2(y, want), std::max(2 * test::rel_l2(yn, want), 1e-6)) << o.name();
+    // A non-finite x leaves the weight to the float kernels, which read it in natural order.
+    auto xn = x;
+    xn[1] = INFINITY;
+    EXPECT_FALSE(k.prepare_special(l.w, xn.data(), &px));
+  }
+}
+
+}  // namespace
+}  // namespace moeflux
