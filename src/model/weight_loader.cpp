@@ -2,11 +2,9 @@
 #include "model/weight_loader.h"
 
 #include <algorithm>
-#include <cstring>
-
-#include "ops/group_lanes.h"
 
 #include "core/error.h"
+#include "ops/group_lanes.h"
 
 namespace moeflux {
 
@@ -100,13 +98,7 @@ void WeightLoader::adopt_group_lanes(QWeight& q, int64_t n_stack) const {
   if (converted_.insert(q.data).second) {
     QWeight all = q;
     all.rows = q.rows * n_stack;
-    std::vector<uint8_t> rows(q.row_bytes() * 256);
-    uint8_t* dst = const_cast<uint8_t*>(q.data);  // the resident copy (use_group_lanes)
-    for (int64_t r = 0; r < all.rows; r += 256) {
-      const int64_t n = std::min<int64_t>(256, all.rows - r);
-      convert_group_lanes(all, r, r + n, true, rows.data());
-      std::memcpy(dst + size_t(r) * q.row_bytes(), rows.data(), size_t(n) * q.row_bytes());
-    }
+    to_group_lanes_in_place(all);  // the resident copy (use_group_lanes)
   }
   q.group_lanes = true;
 }

@@ -2,6 +2,7 @@
 #include "ops/group_lanes.h"
 
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -23,6 +24,15 @@ void convert_group_lanes(const QWeight& w, int64_t r0, int64_t r1, bool to_lanes
       const int64_t p = group_lane_word(k, ng, wg);
       std::memcpy(dst + 4 * (to_lanes ? p : k), src + 4 * (to_lanes ? k : p), 4);
     }
+  }
+}
+
+void to_group_lanes_in_place(const QWeight& w) {
+  std::vector<uint8_t> row(w.row_bytes());
+  uint8_t* data = const_cast<uint8_t*>(w.data);  // PRECOND: writable
+  for (int64_t r = 0; r < w.rows; ++r) {
+    convert_group_lanes(w, r, r + 1, true, row.data());
+    std::memcpy(data + size_t(r) * row.size(), row.data(), row.size());
   }
 }
 

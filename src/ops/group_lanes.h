@@ -25,5 +25,8 @@ inline int64_t group_lane_word(int64_t k, int64_t n_groups, int64_t wg) {
 // same number of bytes, row r at (r - r0) * row_bytes) in group-lane order, or the reverse
 // with to_lanes false (w.group_lanes true). PRECOND: group_lanes_eligible(w).
 void convert_group_lanes(const QWeight& w, int64_t r0, int64_t r1, bool to_lanes, uint8_t* out);
+// Every row of natural w rewritten in place in group-lane order (the caller then sets
+// group_lanes on its views). PRECOND: eligible, and w.data writable.
+void to_group_lanes_in_place(const QWeight& w);
 
 }  // namespace moeflux

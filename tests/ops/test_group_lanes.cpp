@@ -75,13 +75,6 @@ TEST(GroupLanes, ConversionRoundTripsAndDequantisesTheSame) {
   }
 }
 
-std::vector<CpuIsa> isas() {
-  std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni})
-    if (i <= cpu_isa_detected()) v.push_back(i);
-  return v;
-}
-
 // At every level and on 1 and 3 threads: matvec close to the reference (the integer path's
 // x digits keep ~2^-23 of each group's largest |x|), and the same bits as the natural weight
 // wherever rows are read in natural order (every level but the integer matvec; matmul always).
@@ -95,7 +88,7 @@ TEST(GroupLanes, EveryOpAtEveryIsa) {
       std::vector<float> want(static_cast<size_t>(s.rows));
       matvec_ref(o.w, x.data(), want.data());
       for (int threads : {1, 3})
-        for (CpuIsa isa : isas()) {
+        for (CpuIsa isa : test::cpu_isas_available()) {
           set_cpu_threads(threads);
           ScopedCpuIsa scoped(isa);
           std::vector<float> yn(static_cast<size_t>(s.rows)), yl(yn.size());

@@ -30,13 +30,6 @@ using test::OwnedWeight;
 // sum_c |w_rc x_c| (the magnitude its rounding errors scale with; worst case cols * 2^-24).
 constexpr double kDotTol = 1e-5;
 
-std::vector<CpuIsa> isas() {
-  std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni})
-    if (i <= cpu_isa_detected()) v.push_back(i);
-  return v;
-}
-
 // Weights the Avx512Vnni level runs with x in int8 digits (kernels_avx512_vnni.cpp).
 bool takes_digits(const QWeight& w) {
   if (w.format != WFormat::Affine || (w.bits != 4 && w.bits != 8)) return false;
@@ -116,7 +109,7 @@ void expect_matvec_close(const OwnedWeight& o, const float* x, const RefOut& wan
 void check_matvec(const OwnedWeight& o, uint32_t seed) {
   const auto x = test::randn(size_t(o.w.cols), seed);
   const RefOut want = ref_matmul(o.w, x.data(), 1);
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::cpu_isas_available()) {
     ScopedCpuIsa scoped(isa);
     std::vector<float> y(static_cast<size_t>(o.w.rows), NAN);
     matvec(o.w, x.data(), y.data());
@@ -140,7 +133,7 @@ void check_matvec_multi(const std::vector<OwnedWeight>& os, uint32_t seed) {
   for (const auto& o : os) want.push_back(ref_matmul(o.w, x.data(), 1));
   const std::vector<const QWeight*> ws = views(os);
   for (int threads : {1, 3})
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       set_cpu_threads(threads);
       ScopedCpuIsa scoped(isa);
       std::vector<std::vector<float>> ys;
@@ -206,7 +199,7 @@ TEST(OpsCpu, MatvecRowStreamsAreBitIdentical) {
         const auto o = test::random_affine(rows, cols, bits, 64, DType::BF16, seed++);
         const auto x = test::randn(size_t(cols), seed++);
         for (int threads : {1, 3})
-          for (CpuIsa isa : isas()) {
+          for (CpuIsa isa : test::cpu_isas_available()) {
             set_cpu_threads(threads);
             ScopedCpuIsa scoped(isa);
             std::vector<float> y1(size_t(rows), NAN), y4(size_t(rows), NAN), y4s(size_t(rows), NAN);
@@ -276,7 +269,7 @@ TEST(OpsCpu, MatvecMultiEpilogueRunsOnWholeComputedBlocks) {
   const auto x = test::randn(2048, 54);
   const std::vector<const QWeight*> ws = views(os);
   for (int threads : {1, 3, 16})
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       set_cpu_threads(threads);
       ScopedCpuIsa scoped(isa);
       std::vector<std::vector<float>> want, got;
@@ -307,7 +300,7 @@ TEST(OpsCpu, RmsnormMatchesReference) {
       const auto x = test::randn(size_t(n), uint32_t(n)), w = test::randn(size_t(n), uint32_t(n + 1));
       std::vector<float> want(static_cast<size_t>(n));
       rmsnorm_ref(x.data(), weighted ? w.data() : nullptr, n, 1e-6f, want.data());
-      for (CpuIsa isa : isas()) {
+      for (CpuIsa isa : test::cpu_isas_available()) {
         ScopedCpuIsa scoped(isa);
         std::vector<float> y = x;  // in place
         rmsnorm(y.data(), weighted ? w.data() : nullptr, n, 1e-6f, y.data());
@@ -359,7 +352,7 @@ TEST(OpsCpu, CombineWeightedIsTheSameBitsAtEveryIsa) {
         const float p = w[size_t(i)] * ys[size_t(i)][size_t(r)];  // rounded, then added
         want[size_t(r)] += p;
       }
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       ScopedCpuIsa scoped(isa);
       std::vector<float> out(static_cast<size_t>(dim), 0.0f);
       combine_weighted(n, yp.data(), w.data(), out.data(), r0, r1);
@@ -394,7 +387,7 @@ TEST(OpsCpu, MatvecFp8Block) {
 void check_matmul(const OwnedWeight& o, int64_t T) {
   const auto x = test::randn(size_t(T * o.w.cols), uint32_t(T));
   const RefOut want = ref_matmul(o.w, x.data(), T);
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::cpu_isas_available()) {
     ScopedCpuIsa scoped(isa);
     if (T == 1 && isa == CpuIsa::Avx512Vnni && takes_digits(o.w)) continue;  // matvec: x in digits
     std::vector<float> y(want.y.size(), NAN);
@@ -439,7 +432,7 @@ TEST(OpsCpu, MatmulIdentityDecodesEveryWeight) {
   for (const auto& o : ws) {
     std::vector<float> want(static_cast<size_t>(16 * cols));
     for (int64_t r = 0; r < 16; ++r) dequant_row_ref(o.w, r, want.data() + r * cols);
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       ScopedCpuIsa scoped(isa);
       std::vector<float> y(static_cast<size_t>(cols * 16));  // (T = cols, rows = 16)
       matmul(o.w, eye.data(), cols, y.data());
@@ -462,7 +455,7 @@ TEST(OpsCpu, Fp8NanPropagates) {
     o.data[size_t(3 * cols + cols - 1)] = 0x7f;  // row 3, last column (a vector tail)
     o.data[size_t(5 * cols + 2)] = 0xff;         // row 5
     const auto x = test::randn(size_t(cols), 6);
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       ScopedCpuIsa scoped(isa);
       std::vector<float> y(8);
       matvec(o.w, x.data(), y.data());
@@ -482,7 +475,7 @@ TEST(OpsCpu, AttentionMatchesReference) {
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
     std::vector<float> want(static_cast<size_t>(c.n_heads * c.v_dim));
     attention_ref(q.data(), k.data(), v.data(), c.n_ctx, c.n_heads, c.n_kv_heads, c.head_dim, c.v_dim, scale, want.data());
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       ScopedCpuIsa scoped(isa);
       std::vector<float> out(want.size(), NAN);
       attention(q.data(), k.data(), v.data(), c.n_ctx, c.n_heads, c.n_kv_heads, c.head_dim, c.v_dim, scale, out.data());
@@ -501,7 +494,7 @@ TEST(OpsCpu, SwigluExpertMatchesReference) {
   matvec_ref(up.w, x.data(), u.data());
   swiglu_ref(g.data(), u.data(), 768, g.data());
   matvec_ref(down.w, g.data(), want.data());
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::cpu_isas_available()) {
     ScopedCpuIsa scoped(isa);
     std::vector<float> out(2048, NAN);
     swiglu_expert(gate.w, up.w, down.w, x.data(), out.data());
@@ -543,7 +536,7 @@ TEST(OpsCpu, BatchedExpertsMatchReference) {
   for (int i = 0; i < n; ++i) xs.push_back(test::randn(size_t(T[i] * dim), uint32_t(40 + i)));
   for (int threads : {1, 3}) {
     set_cpu_threads(threads);
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       ScopedCpuIsa scoped(isa);
       // Decode: one token through all n experts.
       std::vector<std::vector<float>> outs(n, std::vector<float>(size_t(dim), NAN));
@@ -598,7 +591,7 @@ TEST(OpsCpu, FusedExpertsAndCombineAreBitIdenticalToUnfused) {
     }
     for (int threads : {1, 3, 5}) {
       set_cpu_threads(threads);
-      for (CpuIsa isa : isas()) {
+      for (CpuIsa isa : test::cpu_isas_available()) {
         ScopedCpuIsa scoped(isa);
         std::vector<std::vector<float>> ys(size_t(c.n), std::vector<float>(size_t(dim), NAN));
         std::vector<float*> op;
@@ -632,7 +625,7 @@ TEST(OpsCpu, CausalAttentionMatchesPerQueryReference) {
       attention_ref(q.data() + t * qd, k.data() + first * kd, v.data() + first * kd, ctx - first, c.n_heads, c.n_kv_heads,
                     c.head_dim, c.head_dim, scale, want.data() + t * qd);
     }
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       ScopedCpuIsa scoped(isa);
       std::vector<float> one;  // on one thread; more threads split the head groups differently
       for (int threads : {1, 3, 16}) {
@@ -658,7 +651,7 @@ TEST(OpsCpu, MlaAbsorbedAttentionMatchesReference) {
     std::vector<float> want(static_cast<size_t>(c.n_heads * c.rank));
     mla_attention_absorbed_ref(qc.data(), qp.data(), lat.data(), kp.data(), c.n_ctx, c.n_heads, c.rank, c.rope, 0.07f,
                                want.data());
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       ScopedCpuIsa scoped(isa);
       std::vector<float> out(want.size(), NAN);
       mla_attention_absorbed(qc.data(), qp.data(), lat.data(), kp.data(), c.n_ctx, c.n_heads, c.rank, c.rope, 0.07f,
@@ -687,7 +680,7 @@ TEST(OpsCpu, RowBlockProductsMatchReference) {
         matvec_rows_ref(o.w, b * kvd + c.nope, c.v, ctx.data() + b * c.cols, want.data() + b * c.v);
       }
       for (int threads : {1, 3})
-        for (CpuIsa isa : isas()) {
+        for (CpuIsa isa : test::cpu_isas_available()) {
           set_cpu_threads(threads);
           ScopedCpuIsa scoped(isa);
           std::vector<float> got_t(want_t.size(), NAN), got(want.size(), NAN);
@@ -704,7 +697,7 @@ TEST(OpsCpu, RowBlockProductsMatchReference) {
 // The SIMD gated delta step against the reference over several steps (state carried over).
 TEST(OpsCpu, GatedDeltaStepMatchesReference) {
   for (auto [kd, vd] : {std::pair<int64_t, int64_t>{16, 24}, {128, 128}, {64, 100}}) {
-    for (CpuIsa isa : isas()) {
+    for (CpuIsa isa : test::cpu_isas_available()) {
       ScopedCpuIsa scoped(isa);
       std::vector<float> s_ref(static_cast<size_t>(kd * vd), 0.0f), s_opt = s_ref;
       for (int step = 0; step < 5; ++step) {

@@ -82,4 +82,11 @@ int run_command(const std::string& cmd, std::string* output) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+std::vector<CpuIsa> cpu_isas_available() {
+  std::vector<CpuIsa> v;
+  for (CpuIsa i : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni})
+    if (i <= cpu_isa_detected()) v.push_back(i);
+  return v;
+}
+
 }  // namespace moeflux::test

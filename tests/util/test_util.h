@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "format/safetensors.h"
 
 namespace moeflux::test {
@@ -48,5 +49,8 @@ std::string scratch_dir();
 std::string moeflux_exe();
 // Runs a shell command, returns its exit status; stdout+stderr captured into *output.
 int run_command(const std::string& cmd, std::string* output = nullptr);
+
+// Every CPU ISA level this machine can run, lowest first (tests force each in turn).
+std::vector<CpuIsa> cpu_isas_available();
 
 }  // namespace moeflux::test

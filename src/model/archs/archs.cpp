@@ -51,8 +51,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode) {
   // weights in place into the group-lane layout the AVX-512 VNNI matvec reads. Only resident
   // packs: they are private copies, and a resident pack never gets an expert cache (whose slots
   // would be filled in natural order from the files; stream/streaming.cpp).
-  const bool lanes = pack && pack_mode == MapMode::Resident && std::getenv("MOEFLUX_GROUP_LANES") &&
-                     std::getenv("MOEFLUX_GROUP_LANES")[0] == '1';
+  const char* lanes_env = std::getenv("MOEFLUX_GROUP_LANES");
+  const bool lanes = pack && pack_mode == MapMode::Resident && lanes_env && lanes_env[0] == '1';
   if (lanes) {
     pack->dense_map().make_writable();
     for (size_t i = 0; i < pack->manifest().experts.size(); ++i) pack->layer_map(i).make_writable();
