@@ -157,10 +157,12 @@ Runner register_bench(CLI::App& app) {
       else r.fma_pct = 100.0 * r.gflops / fma;
     }
     const std::string isa(cpu_isa_name(cpu_isa()));
+    const std::string isa_note = isa + (model->repacked_tensors ? ", repacked" : "");  // Repack (model.h)
     if (a->json) {
       nlohmann::ordered_json j = {{"model", a->model}, {"arch", model->cfg.arch}, {"weight_bytes", ms.weight_bytes},
                                   {"params", ms.params}, {"bytes_per_token", ms.bytes_per_token},
                                   {"params_per_token", ms.params_per_token}, {"backend", "cpu"}, {"isa", isa},
+                                  {"repacked_tensors", model->repacked_tensors},
                                   {"threads", threads}, {"read_bw_gbs", bw}, {"fma_peak_gflops", fma},
                                   {"tests", nlohmann::ordered_json::array()}};
       if (cache) j["disk_read_gbs"] = disk, j["disk_read_direct"] = disk_direct;
@@ -183,7 +185,7 @@ Runner register_bench(CLI::App& app) {
       const bool tg = r.test[0] == 't';
       std::printf("| %s | %s | %.2f M | cpu (%s) | %d | %s | %.2f +- %.2f | %s | %s | %s | %s | %s |\n",
                   model->cfg.arch.c_str(), human_bytes(double(ms.weight_bytes)).c_str(), double(ms.params) / 1e6,
-                  isa.c_str(), threads, r.test.c_str(), r.mean, r.sd,
+                  isa_note.c_str(), threads, r.test.c_str(), r.mean, r.sd,
                   tg ? human_bytes(double(ms.bytes_per_token)).c_str() : "",
                   tg ? num(r.gbs, 2).c_str() : "", tg ? num(r.bw_pct, 1).c_str() : "",
                   tg ? "" : num(r.gflops, 1).c_str(), tg ? "" : num(r.fma_pct, 1).c_str());

@@ -34,6 +34,9 @@ void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
   g->add_flag("--mmap", a.mmap,
               "Map a pack that fits in half the RAM instead of copying it into (huge-page) memory: "
               "faster start, shared page cache, slower decode");
+  g->add_flag("--no-repack", a.no_repack,
+              "Keep a resident pack's 4-bit weights in file order (by default they are rewritten at load "
+              "into the layout the AVX-512 VNNI kernels read fastest, where those kernels are in use)");
   if (with_stats) g->add_flag("--stats", a.stats, "Print expert cache statistics to stderr");
 }
 
@@ -51,6 +54,7 @@ StreamOptions StreamArgs::options() const {
   o.pin_share = pin_share;
   o.mlock_dense = mlock;
   o.resident = !mmap;
+  o.repack = no_repack ? Repack::Off : Repack::Auto;
   o.need_cache = !save_profile.empty() || cache_policy_given;
   if (!o.enabled && (verify || !pin_profile.empty() || !save_profile.empty()))
     fail("--verify-experts, --pin-profile and --save-profile need the expert cache (not --io mmap)");

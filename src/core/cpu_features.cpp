@@ -76,18 +76,30 @@ bool is_amd() {
   return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
 }
 
-std::atomic<int>& row_streams() {
-  static std::atomic<int> rows{[] {
+// $MOEFLUX_MATVEC_ROWS (1 or 4; 0 when unset or invalid), read once.
+int env_row_streams() {
+  static const int rows = [] {
     const char* env = std::getenv("MOEFLUX_MATVEC_ROWS");
     if (env && (std::string(env) == "1" || std::string(env) == "4")) return std::atoi(env);
     if (env && *env) std::fprintf(stderr, "moeflux: warning: MOEFLUX_MATVEC_ROWS=%s is not 1 or 4; ignored\n", env);
-    return is_amd() ? 4 : 1;
-  }()};
+    return 0;
+  }();
+  return rows;
+}
+
+std::atomic<int>& row_streams() {  // set_matvec_row_streams; 0: the default
+  static std::atomic<int> rows{0};
   return rows;
 }
 }  // namespace
 
-int matvec_row_streams() { return row_streams().load(std::memory_order_relaxed); }
+int matvec_row_streams(bool group_lanes) {
+  static const bool amd = is_amd();  // cpuid once (it traps to the hypervisor in a VM)
+  int rows = row_streams().load(std::memory_order_relaxed);
+  if (rows == 0) rows = env_row_streams();
+  if (rows != 0) return rows;
+  return group_lanes || amd ? 4 : 1;
+}
 
 namespace {
 std::atomic<bool>& row_spread() {
@@ -103,7 +115,7 @@ bool matvec_row_spread() { return row_spread().load(std::memory_order_relaxed); 
 void set_matvec_row_spread(bool on) { row_spread().store(on, std::memory_order_relaxed); }
 
 void set_matvec_row_streams(int rows) {
-  if (rows != 1 && rows != 4) fail("matvec row streams: ", rows, " (expected 1 or 4)");
+  if (rows != 0 && rows != 1 && rows != 4) fail("matvec row streams: ", rows, " (expected 1 or 4, or 0: the default)");
   row_streams().store(rows, std::memory_order_relaxed);
 }
 

@@ -31,11 +31,15 @@ std::string_view cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512", "avx5
 std::optional<CpuIsa> cpu_isa_from_name(std::string_view s);
 
 // Rows the AVX-512 affine matvec reads side by side (1 or 4; the result is bit-identical
-// either way). Default: 4 on AMD CPUs, 1 elsewhere, from measurements (docs/benchmarks.md,
-// "Issue 8, fifth pass"): four code streams per core decode 10-25% faster from DRAM on the
-// Zen 5 dev VM, and 5-20% slower on the Emerald Rapids Xeon. $MOEFLUX_MATVEC_ROWS overrides.
-int matvec_row_streams();
-// Sets it (1 or 4; tests, benchmarks). Raises Error on another value.
+// either way), for natural rows or group-lane ones (ops/group_lanes.h). Default: 4 on AMD
+// CPUs, 1 elsewhere for natural rows, from measurements (docs/benchmarks.md, "Issue 8, fifth
+// pass"): four code streams per core decode 10-25% faster from DRAM on the Zen 5 dev VM, and
+// 5-20% slower on the Emerald Rapids Xeon; 4 for group-lane rows everywhere (spread, they
+// decoded 49.6-50.3 t/s on the Xeon against 44.0-49.0 single: fourteenth pass).
+// $MOEFLUX_MATVEC_ROWS overrides both.
+int matvec_row_streams(bool group_lanes = false);
+// Sets it for both (1 or 4; tests, benchmarks), or back to the default (0). Raises Error on
+// another value.
 void set_matvec_row_streams(int rows);
 // Whether those four rows may be spread over a range (four sequential streams instead of four
 // adjacent rows; ops/cpu/avx512_util.h, for_row_blocks). Default on; $MOEFLUX_MATVEC_SPREAD=0

@@ -71,11 +71,23 @@ struct Model {
   // Expert streaming (stream/streaming.h): the host cache the MoE blocks read experts from;
   // null when experts are read from the pack's own (resident or mapped) bytes.
   std::shared_ptr<ExpertCache> expert_cache;
+  // Tensors load_model rewrote into the group-lane code layout (Repack; 0 when none).
+  int64_t repacked_tensors = 0;
 };
+
+// Whether load_model rewrites a resident pack's 4-bit affine weights (group size a multiple
+// of 32) in place into the group-lane code layout (ops/group_lanes.h) that the AVX-512 VNNI
+// matvec reads with about two thirds of the vector work of file order. Auto: where that is
+// the CPU level in use (core/cpu_features.h), unless MOEFLUX_GROUP_LANES=0 (=1: On). On:
+// always (the other CPU kernels convert rows back as they read them). Mapped packs and
+// checkpoints keep file order: their bytes are the page cache's, and expert-cache slots are
+// filled from the files.
+enum class Repack { Off, Auto, On };
 
 // Opens a checkpoint directory (config.json + safetensors) or a pack, dispatching on
 // model_type; a pack's files are mapped or (Resident) copied into memory.
-std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode = MapMode::Map);
+std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode = MapMode::Map,
+                                  Repack repack = Repack::Auto);
 
 // Architectures the engine knows ("qwen3_moe", "mixtral", ...).
 std::vector<std::string> supported_architectures();

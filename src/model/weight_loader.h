@@ -22,6 +22,8 @@ class WeightLoader {
   // (ops/group_lanes.h) as they are loaded. PRECOND: the store's bytes are a private,
   // writable copy (a resident pack) read only by the CPU kernels.
   void use_group_lanes() { group_lanes_ = true; }
+  // Tensors rewritten so far (tied ones once).
+  int64_t group_lane_tensors() const { return int64_t(converted_.size()); }
 
   bool has(const std::string& name) const { return store_.has(name); }
   // `module` is the tensor name without ".weight". Expects (rows, cols).

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace moeflux {
 
@@ -28,12 +29,21 @@ void convert_group_lanes(const QWeight& w, int64_t r0, int64_t r1, bool to_lanes
 }
 
 void to_group_lanes_in_place(const QWeight& w) {
-  std::vector<uint8_t> row(w.row_bytes());
+  MF_ASSERT(group_lanes_eligible(w) && !w.group_lanes);
+  const int64_t words = w.cols / 8, ng = w.cols / w.group_size, wg = w.group_size / 8;
+  std::vector<int64_t> pos(static_cast<size_t>(words));  // one permutation for every row
+  for (int64_t k = 0; k < words; ++k) pos[size_t(k)] = group_lane_word(k, ng, wg);
   uint8_t* data = const_cast<uint8_t*>(w.data);  // PRECOND: writable
-  for (int64_t r = 0; r < w.rows; ++r) {
-    convert_group_lanes(w, r, r + 1, true, row.data());
-    std::memcpy(data + size_t(r) * row.size(), row.data(), row.size());
-  }
+  const size_t rb = w.row_bytes();
+  // Rows in parallel: a resident pack's weights are rewritten in one pass at load.
+  cpu_thread_pool().parallel_for(w.rows, 64, [&](int64_t r0, int64_t r1) {
+    std::vector<uint8_t> row(rb);
+    for (int64_t r = r0; r < r1; ++r) {
+      uint8_t* p = data + size_t(r) * rb;
+      std::memcpy(row.data(), p, rb);
+      for (int64_t k = 0; k < words; ++k) std::memcpy(p + 4 * pos[size_t(k)], row.data() + 4 * k, 4);
+    }
+  });
 }
 
 }  // namespace moeflux

@@ -134,7 +134,7 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
 }
 
 std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt) {
-  auto m = load_model(dir, pack_map_mode(dir, opt));
+  auto m = load_model(dir, pack_map_mode(dir, opt), opt.repack);
   attach_expert_streaming(*m, opt);
   if (opt.mlock_dense) {
     auto* pack = dynamic_cast<PackStore*>(m->store.get());

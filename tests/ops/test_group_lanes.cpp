@@ -136,5 +136,35 @@ TEST(GroupLanes, IntegerMatvecReadsTheLayout) {
   }
 }
 
+// The layout's rows are read in the natural order's row blocks (four side by side, spread
+// over the range, or single rows with split accumulators): every policy and split of the range
+// gives the same bits.
+TEST(GroupLanes, IntegerMatvecSameBitsForEveryRowBlock) {
+  if (cpu_isa_detected() < CpuIsa::Avx512Vnni) GTEST_SKIP() << "no AVX512-VNNI";
+  const cpu::Kernels& k = cpu::kernels_avx512_vnni();
+  const bool spread0 = matvec_row_spread();
+  for (const Shape s : kShapes) {
+    const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, DType::F16, 31);
+    const LaneWeight l = to_lanes(o);
+    const auto x = test::randn(size_t(s.cols), 32);
+    cpu::PreparedX px;
+    ASSERT_TRUE(k.prepare_special(l.w, x.data(), &px));
+    std::vector<float> first;
+    for (int rows : {4, 1})
+      for (bool spread : {true, false})
+        for (int64_t cut : {int64_t(0), s.rows / 3}) {
+          set_matvec_row_streams(rows);
+          set_matvec_row_spread(spread);
+          std::vector<float> y(static_cast<size_t>(s.rows), NAN);
+          k.matvec_rows(l.w, px, y.data(), 0, cut);
+          k.matvec_rows(l.w, px, y.data(), cut, s.rows);
+          if (first.empty()) first = y;
+          EXPECT_EQ(y, first) << o.name() << " rows " << rows << " spread " << spread << " cut " << cut;
+        }
+  }
+  set_matvec_row_streams(0);
+  set_matvec_row_spread(spread0);
+}
+
 }  // namespace
 }  // namespace moeflux

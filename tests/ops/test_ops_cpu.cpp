@@ -190,7 +190,6 @@ TEST(OpsCpu, MatvecAffineEveryWidthAndGroup) {
 // gives the same bits as one row at a time, at every ISA and thread count (so the choice per
 // CPU changes speed only), including row counts that leave a tail of 1-3 rows.
 TEST(OpsCpu, MatvecRowStreamsAreBitIdentical) {
-  const int prev = matvec_row_streams();
   const bool prev_spread = matvec_row_spread();
   uint32_t seed = 900;
   for (int bits : {2, 4, 8})
@@ -216,7 +215,7 @@ TEST(OpsCpu, MatvecRowStreamsAreBitIdentical) {
                 << o.name() << " spread, isa " << cpu_isa_name(isa) << " threads " << threads;
           }
       }
-  set_matvec_row_streams(prev);
+  set_matvec_row_streams(0);
   set_matvec_row_spread(prev_spread);
   set_cpu_threads(0);
   EXPECT_THROW(set_matvec_row_streams(2), Error);

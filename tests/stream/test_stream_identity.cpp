@@ -179,8 +179,9 @@ TEST(StreamAuto, NoCacheForAFittingPackUnlessTheCacheIsAskedFor) {
 }
 
 // Where auto needs no cache, a fitting pack is copied into memory (resident) rather than
-// mapped, and computes bit-identical logits; --mmap (resident = false), --io mmap and any
-// option that takes the cache keep the map.
+// mapped, and computes bit-identical logits in file order (--no-repack; test_repack.cpp covers
+// the repacked layout); --mmap (resident = false), --io mmap and any option that takes the
+// cache keep the map.
 TEST(StreamAuto, CopiesAFittingPackIntoMemoryWithIdenticalResults) {
   for (const char* f : {"qwen3_moe/q4", "deepseek_v3/fp8"}) {
     SCOPED_TRACE(f);
@@ -191,6 +192,7 @@ TEST(StreamAuto, CopiesAFittingPackIntoMemoryWithIdenticalResults) {
     Session a(*mapped);
     const test::RunResult ref = test::run_ids(a, ids, 8);
     StreamOptions o;
+    o.repack = Repack::Off;
     EXPECT_EQ(pack_map_mode(pack, o), MapMode::Resident);
     auto m = load_model(pack, o);
     const auto& store = dynamic_cast<const PackStore&>(*m->store);

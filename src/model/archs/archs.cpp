@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "format/pack_store.h"
 
@@ -18,6 +19,15 @@ const std::pair<const char*, ArchBuilder> kArchs[] = {
     {"deepseek_v3", build_deepseek_v3},
     {"kimi_k2", build_deepseek_v3},  // Kimi-K2: DeepseekV3ForCausalLM under its own model_type
 };
+
+// Repack::Auto: the group-lane layout where the CPU level in use reads it natively (AVX-512
+// VNNI); MOEFLUX_GROUP_LANES=0 / 1 (a developer knob for A/Bs, read once) overrides.
+bool repack_wanted(Repack r) {
+  if (r != Repack::Auto) return r == Repack::On;
+  static const char* env = std::getenv("MOEFLUX_GROUP_LANES");
+  if (env && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
+  return cpu_isa() == CpuIsa::Avx512Vnni;
+}
 }  // namespace
 
 ArchBuilder find_arch(const std::string& model_type) {
@@ -32,7 +42,7 @@ std::vector<std::string> supported_architectures() {
   return v;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode) {
+std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode, Repack repack) {
   auto m = std::make_unique<Model>();
   std::unique_ptr<PackStore> pack;
   if (is_pack_dir(dir)) {
@@ -47,12 +57,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode) {
     for (const auto& a : supported_architectures()) known += (known.empty() ? "" : ", ") + a;
     fail(m->cfg.path, ": unknown architecture model_type '", m->cfg.arch, "' (supported: ", known, ")");
   }
-  // Experimental (off by default, README): MOEFLUX_GROUP_LANES=1 rewrites a resident pack's 4-bit
-  // weights in place into the group-lane layout the AVX-512 VNNI matvec reads. Only resident
-  // packs: they are private copies, and a resident pack never gets an expert cache (whose slots
-  // would be filled in natural order from the files; stream/streaming.cpp).
-  const char* lanes_env = std::getenv("MOEFLUX_GROUP_LANES");
-  const bool lanes = pack && pack_mode == MapMode::Resident && lanes_env && lanes_env[0] == '1';
+  const bool lanes = pack && pack_mode == MapMode::Resident && repack_wanted(repack);
   if (lanes) {
     pack->dense_map().make_writable();
     for (size_t i = 0; i < pack->manifest().experts.size(); ++i) pack->layer_map(i).make_writable();
@@ -62,6 +67,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode) {
   WeightLoader w(*m->store, m->cfg);
   if (lanes) w.use_group_lanes();
   build(*m, w);
+  m->repacked_tensors = w.group_lane_tensors();
   return m;
 }
 

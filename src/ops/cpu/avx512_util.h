@@ -76,7 +76,7 @@ inline __m512i lane_groups(int64_t gs) {
 
 // Rows [r0, r1) of an affine matvec through block.template operator()<S, R>(r, stride, sb):
 // rows r, r + stride, ..., r + (R - 1) * stride side by side, R = 4 where
-// matvec_row_streams() says so, then single rows; S is w's scale type and sb per-thread
+// matvec_row_streams(w.group_lanes) says so, then single rows; S is w's scale type and sb per-thread
 // scratch for R rows' scales. Four rows side by side are four streams of codes: adjacent rows
 // interleave them inside each 4 KiB page. Where matvec_row_spread() allows and each quarter of
 // the range holds at least kSpreadMinBytes of codes, the four rows are r0 + k + {0, 1, 2, 3} * q
@@ -91,7 +91,7 @@ inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& blo
   float* sb = scratch(1, size_t(4 * (w.cols / w.group_size + 2 * L)));
   auto rows = [&]<DType S>() {
     int64_t r = r0;
-    if (matvec_row_streams() == 4) {
+    if (matvec_row_streams(w.group_lanes) == 4) {
       const int64_t q = (r1 - r0) / 4;
       if (matvec_row_spread() && q * int64_t(w.row_bytes()) >= kSpreadMinBytes) {
         for (int64_t k = 0; k < q; ++k) block.template operator()<S, 4>(r0 + k, q, sb);

@@ -201,29 +201,38 @@ void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
   for (int i = 0; i < R; ++i) y[r + i * stride] = _mm512_reduce_add_ps(acc[i]);  // one reduction per row
 }
 
-// Rows r .. r + R - 1 of a 4-bit group-lane weight (ops/group_lanes.h): per block of 16
-// groups, three int32 digit sums per lane (a group) over the block's steps, then per lane
+// Rows r + i * stride (i < R) of a 4-bit group-lane weight (ops/group_lanes.h): per block of
+// 16 groups, three int32 digit sums per lane (a group) over the block's steps, then per lane
 // T = S2 * 2^16 + S1 * 2^8 + S0 in f32, times scale * dx, plus the block's bias terms.
-// Per group |S_k| <= group_size * 15 * 128 < 2^18: exact. The arithmetic of each row is the
-// same for every R.
+// Per group |S_k| <= group_size * 15 * 128 < 2^18: exact, so C, the accumulators per digit
+// sum, changes no bit: a single row keeps its low- and high-nibble dots apart (C = 2), six
+// independent chains a step instead of three chains of two dependent dots; four rows are
+// independent already, and 24 accumulators would not fit the registers. The arithmetic of
+// each row is the same for every R and stride.
 template <DType S, int R>
-void lanes_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r) {
+void lanes_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, int64_t stride) {
+  constexpr int C = R == 1 ? 2 : 1;
   const int64_t ng = w.cols / w.group_size, wg = w.group_size / 8, words = w.cols / 8;
   const int64_t sbytes = ng * int64_t(dtype_size(S));
-  prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
-  const int64_t ahead = prefetch_distance(words * 4, R, 1);
+  if (stride == 1) prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
+  else
+    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + kParamsAhead, 1, size_t(sbytes));
+  const int64_t ahead = prefetch_distance(words * 4, R, stride);
   const __m512i m = _mm512_set1_epi8(0x0f);
   const uint32_t* q[R];
   __m512 acc[R];
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i) * words, acc[i] = _mm512_setzero_ps();
+  for (int i = 0; i < R; ++i)
+    q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i * stride) * words, acc[i] = _mm512_setzero_ps();
   const int8_t* xd = px.xd.data();
   for (int64_t b = 0; b * L < ng; ++b) {
     const int64_t nb = std::min<int64_t>(L, ng - b * L), base = b * L * wg;
     const __mmask16 mb = tail_mask(nb);
-    __m512i s2[R], s1[R], s0[R];
+    __m512i s[R][3][C];  // digit k's sums of row i (k = 0: the 2^16 digit)
 #pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) s2[i] = s1[i] = s0[i] = _mm512_setzero_si512();
+    for (int i = 0; i < R; ++i)
+      for (int k = 0; k < 3; ++k)
+        for (int c = 0; c < C; ++c) s[i][k][c] = _mm512_setzero_si512();
     for (int64_t t = 0; t < wg; ++t) {
       const __m512i* d = reinterpret_cast<const __m512i*>(xd + (b * wg + t) * 384);
       const __m512i d0 = d[0], d1 = d[1], d2 = d[2], d3 = d[3], d4 = d[4], d5 = d[5];
@@ -233,37 +242,41 @@ void lanes_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T0);
         const __m512i v = in_register(nb == L ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(mb, p));
         const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-        s2[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s2[i], lo, d0), hi, d1);
-        s1[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s1[i], lo, d2), hi, d3);
-        s0[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s0[i], lo, d4), hi, d5);
+        if constexpr (C == 2) {
+          s[i][0][0] = _mm512_dpbusd_epi32(s[i][0][0], lo, d0), s[i][0][1] = _mm512_dpbusd_epi32(s[i][0][1], hi, d1);
+          s[i][1][0] = _mm512_dpbusd_epi32(s[i][1][0], lo, d2), s[i][1][1] = _mm512_dpbusd_epi32(s[i][1][1], hi, d3);
+          s[i][2][0] = _mm512_dpbusd_epi32(s[i][2][0], lo, d4), s[i][2][1] = _mm512_dpbusd_epi32(s[i][2][1], hi, d5);
+        } else {
+          s[i][0][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s[i][0][0], lo, d0), hi, d1);
+          s[i][1][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s[i][1][0], lo, d2), hi, d3);
+          s[i][2][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s[i][2][0], lo, d4), hi, d5);
+        }
       }
     }
     const __m512 dxv = _mm512_loadu_ps(px.dx.data() + b * L), gsv = _mm512_loadu_ps(px.gsum.data() + b * L);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const __m512 tt = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[i]), _mm512_set1_ps(65536.0f),
-                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_set1_ps(256.0f),
-                                                        _mm512_cvtepi32_ps(s0[i])));
-      const uint8_t *sp = w.scales + (r + i) * sbytes, *bp = w.biases + (r + i) * sbytes;
+      __m512i sk[3];
+      for (int k = 0; k < 3; ++k) sk[k] = C == 2 ? _mm512_add_epi32(s[i][k][0], s[i][k][C - 1]) : s[i][k][0];
+      const __m512 tt = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sk[0]), _mm512_set1_ps(65536.0f),
+                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(sk[1]), _mm512_set1_ps(256.0f),
+                                                        _mm512_cvtepi32_ps(sk[2])));
+      const int64_t ri = r + i * stride;
+      const uint8_t *sp = w.scales + ri * sbytes, *bp = w.biases + ri * sbytes;
       acc[i] = _mm512_fmadd_ps(tt, _mm512_mul_ps(load16<S>(sp, b * L, mb), dxv), acc[i]);
       acc[i] = _mm512_fmadd_ps(load16<S>(bp, b * L, mb), gsv, acc[i]);
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);
+  for (int i = 0; i < R; ++i) y[r + i * stride] = _mm512_reduce_add_ps(acc[i]);
 }
 
+// The natural order's row blocks (for_row_blocks): four rows, spread over the range, on every
+// CPU (matvec_row_streams(true); MOEFLUX_MATVEC_ROWS / _SPREAD change that).
 void lanes_matvec(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
-  auto rows = [&]<DType S>() {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) lanes_rows_block<S, 4>(w, px, y, r);
-    for (; r < r1; ++r) lanes_rows_block<S, 1>(w, px, y, r);
-  };
-  switch (w.sdtype) {
-    case DType::F16: return rows.template operator()<DType::F16>();
-    case DType::BF16: return rows.template operator()<DType::BF16>();
-    default: return rows.template operator()<DType::F32>();
-  }
+  for_row_blocks(w, r0, r1, [&]<DType S, int R>(int64_t r, int64_t stride, float*) {
+    lanes_rows_block<S, R>(w, px, y, r, stride);
+  });
 }
 
 template <int BITS>

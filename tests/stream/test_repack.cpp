@@ -1,0 +1,70 @@
+// Repacking a resident pack (model.h: Repack): every 4-bit fixture, its affine weights
+// rewritten at load into the group-lane code layout, computes logits (prefill and decode)
+// within the fixture tests' bound of the goldens and within 1e-5 of file order, with the same
+// greedy continuations, at every CPU level this machine has (the float kernels read the layout
+// through rows converted back). Off, Auto on a level without VNNI, and mapped packs keep file
+// order and its exact bits.
+#include <gtest/gtest.h>
+
+#include "core/cpu_features.h"
+#include "format/pack_store.h"
+#include "stream_test_util.h"
+
+namespace moeflux {
+namespace {
+
+class RepackTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RepackTest, GroupLanesMatchFileOrderAndGoldens) {
+  const std::string pack = test::fixture_pack(GetParam());
+  const auto golden = test::load_golden(test::fixture_dir(GetParam()) + "/golden.safetensors");
+  const auto& ids = golden.i32.at("input_ids");
+  auto plain = load_model(pack, MapMode::Resident, Repack::Off);
+  EXPECT_EQ(plain->repacked_tensors, 0);
+  auto lanes = load_model(pack, MapMode::Resident, Repack::On);
+  EXPECT_GT(lanes->repacked_tensors, 0);
+  for (CpuIsa isa : test::cpu_isas_available()) {
+    SCOPED_TRACE(cpu_isa_name(isa));
+    ScopedCpuIsa scope(isa);
+    Session a(*plain), b(*lanes);
+    const test::RunResult ref = test::run_ids(a, ids, 8), got = test::run_ids(b, ids, 8);
+    ASSERT_EQ(got.logits.size(), golden.f32.at("logits").size());
+    EXPECT_LE(test::rel_l2(got.logits, golden.f32.at("logits")), 1e-4);
+    EXPECT_LE(test::rel_l2(got.logits, ref.logits), 1e-5);
+    EXPECT_EQ(got.greedy, ref.greedy);
+    // Below VNNI every dot reads rows converted back to file order: the same bits.
+    if (isa != CpuIsa::Avx512Vnni) {
+      EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, RepackTest,
+                         ::testing::Values("qwen3_moe/q4", "mixtral/q4", "qwen3_next/q4", "qwen3_5_moe_text/q4",
+                                           "deepseek_v3/q4"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n)
+                             if (ch == '/') ch = '_';
+                           return n;
+                         });
+
+// Which loads repack: only resident packs, Auto only where the VNNI kernels are in use.
+TEST(Repack, OnlyResidentPacksAndAutoOnlyOnVnni) {
+  const std::string pack = test::fixture_pack("qwen3_moe/q4");
+  EXPECT_EQ(load_model(pack, MapMode::Map, Repack::On)->repacked_tensors, 0);
+  EXPECT_EQ(load_model(test::fixture_dir("qwen3_moe/q4"), MapMode::Resident, Repack::On)->repacked_tensors, 0);
+  {
+    ScopedCpuIsa scope(CpuIsa::Scalar);
+    EXPECT_EQ(load_model(pack, MapMode::Resident, Repack::Auto)->repacked_tensors, 0);
+  }
+  const bool vnni = cpu_isa_default() == CpuIsa::Avx512Vnni;
+  ScopedCpuIsa scope(cpu_isa_default());
+  EXPECT_EQ(load_model(pack, MapMode::Resident, Repack::Auto)->repacked_tensors > 0, vnni);
+  StreamOptions o;
+  o.repack = Repack::Off;
+  EXPECT_EQ(load_model(pack, o)->repacked_tensors, 0);
+}
+
+}  // namespace
+}  // namespace moeflux
