@@ -115,10 +115,19 @@ inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& blo
 // 21 -> 30 GB/s, 2 threads 36 -> 50 GB/s on the dev VM with whole blocks).
 // Spread rows (stride > 1) each run on through the rows after them: kCodesAhead itself.
 constexpr int64_t kCodesAhead = 4096;
+// MOEFLUX_CODES_AHEAD (bytes; a developer knob for A/Bs, read once) replaces kCodesAhead here.
+inline int64_t codes_ahead() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("MOEFLUX_CODES_AHEAD");
+    return e && *e ? std::max<int64_t>(0, std::atoll(e)) : kCodesAhead;
+  }();
+  return v;
+}
 inline int64_t prefetch_distance(int64_t row_bytes, int R, int64_t stride) {
-  if (stride > 1) return kCodesAhead;
+  const int64_t ahead = codes_ahead();
+  if (stride > 1 || ahead == 0) return ahead;
   const int64_t block = row_bytes * R;
-  return (kCodesAhead + block - 1) / block * block;
+  return (ahead + block - 1) / block * block;
 }
 
 // The per-row start of the affine matvec kernels: row r's scales (times x's step dx_g per
