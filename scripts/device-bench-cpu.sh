@@ -5,7 +5,7 @@
 # threads (default kernels: the integer dots where the CPU has AVX512-VNNI, then the float
 # kernels for comparison), on one thread, and on the
 # scalar reference path (one thread, short), writing the tables (bench_cpu.md) and the machine description to $OUT. Runs in about 7 minutes with all 48 layers; each step is time-boxed.
-# Usage: OUT=/some/dir [LAYERS=48] [WORK=/tmp/moeflux-cpu-bench] [BUILD_TIMEOUT=300] scripts/device-bench-cpu.sh
+# Usage: OUT=/some/dir [LAYERS=48] [WORK=/tmp/moeflux-cpu-bench] [BUILD_TIMEOUT=300] [RUNS="all_threads one_thread"] scripts/device-bench-cpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the output directory}
@@ -42,9 +42,10 @@ du -sh "$pack" | tee -a "$OUT/steps.log"
 # Each run prints the llama-bench table and the ceilings it measured on the same threads; all
 # tables go to one file (bench_cpu.md, stderr to bench_cpu.err): the device tool returns at
 # most 8 files.
-run() {  # name, time limit (s), env / bench arguments
+run() {  # name, time limit (s), env / bench arguments; RUNS="name ..." keeps only those runs
   local name=$1 limit=$2
   shift 2
+  [ -n "${RUNS:-}" ] && [[ " $RUNS " != *" $name "* ]] && return 0
   log "bench $name: $*"
   { echo; echo "## $name: $*"; echo; } | tee -a "$OUT/bench_cpu.md"
   if ! timeout "$limit" env "$@" >"$WORK/last.md" 2>>"$OUT/bench_cpu.err"; then

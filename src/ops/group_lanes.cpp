@@ -1,6 +1,7 @@
 // Conversions to and from the group-lane code layout (see group_lanes.h).
 #include "ops/group_lanes.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -14,25 +15,37 @@ bool group_lanes_eligible(const QWeight& w) {
          w.cols % w.group_size == 0;
 }
 
+namespace {
+// One row's code words between natural order and group-lane order (group_lane_word, without
+// its divisions: the kernels that read natural codes convert every row they touch).
+template <bool TO_LANES>
+void permute_row(const uint8_t* src, uint8_t* dst, int64_t ng, int64_t wg) {
+  for (int64_t b = 0; 16 * b < ng; ++b) {
+    const int64_t nb = std::min<int64_t>(16, ng - 16 * b), base = 16 * b * wg;
+    for (int64_t l = 0; l < nb; ++l)
+      for (int64_t t = 0; t < wg; ++t) {
+        const int64_t nat = base + l * wg + t, lan = base + t * nb + l;
+        std::memcpy(dst + 4 * (TO_LANES ? lan : nat), src + 4 * (TO_LANES ? nat : lan), 4);
+      }
+  }
+}
+}  // namespace
+
 void convert_group_lanes(const QWeight& w, int64_t r0, int64_t r1, bool to_lanes, uint8_t* out) {
   MF_ASSERT(group_lanes_eligible(w) && w.group_lanes != to_lanes && 0 <= r0 && r0 <= r1 && r1 <= w.rows);
-  const int64_t words = w.cols / 8, ng = w.cols / w.group_size, wg = w.group_size / 8;
+  const int64_t ng = w.cols / w.group_size, wg = w.group_size / 8;
   const size_t rb = w.row_bytes();
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* src = w.data + size_t(r) * rb;
     uint8_t* dst = out + size_t(r - r0) * rb;
-    for (int64_t k = 0; k < words; ++k) {
-      const int64_t p = group_lane_word(k, ng, wg);
-      std::memcpy(dst + 4 * (to_lanes ? p : k), src + 4 * (to_lanes ? k : p), 4);
-    }
+    if (to_lanes) permute_row<true>(src, dst, ng, wg);
+    else permute_row<false>(src, dst, ng, wg);
   }
 }
 
 void to_group_lanes_in_place(const QWeight& w) {
   MF_ASSERT(group_lanes_eligible(w) && !w.group_lanes);
-  const int64_t words = w.cols / 8, ng = w.cols / w.group_size, wg = w.group_size / 8;
-  std::vector<int64_t> pos(static_cast<size_t>(words));  // one permutation for every row
-  for (int64_t k = 0; k < words; ++k) pos[size_t(k)] = group_lane_word(k, ng, wg);
+  const int64_t ng = w.cols / w.group_size, wg = w.group_size / 8;
   uint8_t* data = const_cast<uint8_t*>(w.data);  // PRECOND: writable
   const size_t rb = w.row_bytes();
   // Rows in parallel: a resident pack's weights are rewritten in one pass at load.
@@ -41,7 +54,7 @@ void to_group_lanes_in_place(const QWeight& w) {
     for (int64_t r = r0; r < r1; ++r) {
       uint8_t* p = data + size_t(r) * rb;
       std::memcpy(row.data(), p, rb);
-      for (int64_t k = 0; k < words; ++k) std::memcpy(p + 4 * pos[size_t(k)], row.data() + 4 * k, 4);
+      permute_row<true>(row.data(), p, ng, wg);
     }
   });
 }

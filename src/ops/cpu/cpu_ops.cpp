@@ -663,8 +663,11 @@ void matvec_t_row_blocks(const QWeight& w, int64_t n_blocks, int64_t r0, int64_t
         std::copy(acc.data(), acc.data() + w.cols, yb);
         continue;
       }
-      cpu::for_each_interleaved(w.cols, 32 / w.bits, k.lanes,
-                                [&](int64_t c, int64_t i, int64_t) { yb[c] = acc[size_t(i)]; });
+      if (layout.group_lanes)
+        cpu::for_each_interleaved_lanes(w.cols, w.group_size, [&](int64_t c, int64_t i, int64_t) { yb[c] = acc[size_t(i)]; });
+      else
+        cpu::for_each_interleaved(w.cols, 32 / w.bits, k.lanes,
+                                  [&](int64_t c, int64_t i, int64_t) { yb[c] = acc[size_t(i)]; });
     }
   });
 }

@@ -33,6 +33,24 @@ inline void for_each_interleaved(int64_t cols, int64_t P, int64_t lanes, F&& fn)
       for (int64_t k = 0; k < P; ++k) fn(j * chunk + l * P + k, j * chunk + k * lanes + l, k);
 }
 
+// The same for a 4-bit group-lane weight (ops/group_lanes.h) read 16 lanes wide: chunk
+// b * wg + t (wg = group_size / 8 words per group) is step t of block b, its lane l word t of
+// group 16 b + l (lanes l >= nb of a partial last block stay zero). fn(c, i, k) for each
+// natural column c, i its index (chunk * 128 + k * 16 + l), k its code position in the word.
+// Returns the floats per token: whole chunks, >= cols.
+template <typename F>
+inline int64_t for_each_interleaved_lanes(int64_t cols, int64_t group_size, F&& fn) {
+  const int64_t ng = cols / group_size, wg = group_size / 8;
+  int64_t chunk = 0;
+  for (int64_t b = 0; 16 * b < ng; ++b) {
+    const int64_t nb = std::min<int64_t>(16, ng - 16 * b);
+    for (int64_t t = 0; t < wg; ++t, ++chunk)
+      for (int64_t l = 0; l < nb; ++l)
+        for (int64_t k = 0; k < 8; ++k) fn((16 * b + l) * group_size + 8 * t + k, chunk * 128 + k * 16 + l, k);
+  }
+  return chunk * 128;
+}
+
 // The integer path's largest |q| for codes of `bits`: three balanced base-256 int8 digits hold
 // about 24 bits; 8-bit codes keep 22, so that 4 codes < 256 times q stay inside int32.
 constexpr int32_t digit_qmax(int bits) { return bits == 4 ? 127 << 16 : (1 << 21) - 1; }
@@ -51,7 +69,9 @@ struct PreparedX {
   // (|q| <= digit_qmax(bits)) in three int8 digits, laid out per 64-byte chunk of codes
   // (kernels_avx512_vnni.cpp); dx the per-group steps (padded with >= 16 zeros).
   bool digits = false;
-  bool group_lanes = false;  // digits in the group-lane order of a group_lanes weight
+  // xs (16 lanes, not shifted: for_each_interleaved_lanes) or the digits in the group-lane
+  // order of a group_lanes weight
+  bool group_lanes = false;
   AlignedVector<int8_t> xd;
   AlignedVector<float> dx;
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }

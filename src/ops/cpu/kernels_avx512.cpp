@@ -257,6 +257,27 @@ void affine_row_decode(const QWeight& w, int64_t r, float* out, float* sb, float
   }
 }
 
+// Row r of a 4-bit group-lane weight decoded in its own order (for_each_interleaved_lanes):
+// each chunk's lane l belongs to group 16 b + l, so a block's 16 scales load as they are.
+void lanes_row_decode(const QWeight& w, int64_t r, float* out, float* sb, float* bb) {
+  const int64_t ng = w.cols / w.group_size, wg = w.group_size / 8;
+  affine_row_params(w, r, nullptr, sb, bb);  // padded with zeros: a partial block's lanes decode to 0
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(w.data + r * int64_t(w.row_bytes()));
+  float* oc = out;
+  for (int64_t b = 0; 16 * b < ng; ++b) {
+    const int64_t nb = std::min<int64_t>(L, ng - 16 * b);
+    const __mmask16 mb = tail_mask(nb);
+    const __m512 sv = _mm512_loadu_ps(sb + 16 * b), bv = _mm512_loadu_ps(bb + 16 * b);
+    const uint32_t* qb = q + 16 * b * wg;
+    for (int64_t t = 0; t < wg; ++t, oc += 8 * L) {
+      const __m512i v = nb == L ? _mm512_loadu_si512(qb + t * L) : _mm512_maskz_loadu_epi32(mb, qb + t * nb);
+      [&]<int... K>(std::integer_sequence<int, K...>) {
+        (_mm512_storeu_ps(oc + K * L, _mm512_fmadd_ps(code<4, K>(v), sv, bv)), ...);
+      }(std::make_integer_sequence<int, 8>{});
+    }
+  }
+}
+
 template <int BITS>
 void affine_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   MF_ASSERT(px.shifted);  // PRECOND: x prepared for in-place codes
@@ -306,6 +327,11 @@ void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, in
 int64_t decode_row(const QWeight& w, const PreparedX& px, int64_t r, float* out, float* sb,
                    float* bb) {
   MF_ASSERT(!px.shifted);  // PRECOND: decoded rows hold true codes
+  if (px.group_lanes) {
+    MF_ASSERT(w.group_lanes);  // PRECOND: x prepared for this weight's layout
+    lanes_row_decode(w, r, out, sb, bb);
+    return px.stride;
+  }
   if (px.interleaved && w.group_lanes) {
     int64_t n = 0;
     natural_row_blocks(w, r, r + 1, [&](const QWeight& v, int64_t) { n = decode_row(v, px, 0, out, sb, bb); });

@@ -23,10 +23,14 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shif
   px->interleaved = affine_fast(w, lanes);
   px->shifted = px->interleaved && shifted;
   px->digits = false;
+  // Decoded rows of a group-lane weight (matmul) in the layout's own order at 16 lanes; the
+  // matvec (shifted) and 8 lanes read rows converted back to natural order.
+  px->group_lanes = px->interleaved && w.group_lanes && !shifted && lanes == 16;
   if (!px->interleaved) return;
   const int64_t p = 32 / w.bits, chunk = p * lanes, cols = w.cols;
   const int64_t ng = cols / w.group_size;
-  px->stride = (cols + chunk - 1) / chunk * chunk;
+  px->stride = px->group_lanes ? for_each_interleaved_lanes(cols, w.group_size, [](int64_t, int64_t, int64_t) {})
+                               : (cols + chunk - 1) / chunk * chunk;
   px->gstride = (ng + 16 + 15) / 16 * 16;
   px->xs.assign(size_t(T * px->stride), 0.0f);
   px->gsum.assign(size_t(T * px->gstride), 0.0f);
@@ -36,7 +40,8 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shif
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * cols;
     float* xs = px->xs.data() + t * px->stride;
-    for_each_interleaved(cols, p, lanes, [&](int64_t c, int64_t i, int64_t k) { xs[i] = xt[c] * scale[k]; });
+    if (px->group_lanes) for_each_interleaved_lanes(cols, w.group_size, [&](int64_t c, int64_t i, int64_t) { xs[i] = xt[c]; });
+    else for_each_interleaved(cols, p, lanes, [&](int64_t c, int64_t i, int64_t k) { xs[i] = xt[c] * scale[k]; });
     float* gs = px->gsum.data() + t * px->gstride;
     for (int64_t g = 0; g < ng; ++g) {
       float s = 0.0f;
