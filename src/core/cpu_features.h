@@ -41,6 +41,11 @@ int matvec_row_streams(bool group_lanes = false);
 // Sets it for both (1 or 4; tests, benchmarks), or back to the default (0). Raises Error on
 // another value.
 void set_matvec_row_streams(int rows);
+// Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: 2 KiB on AMD
+// CPUs, 4 KiB elsewhere (docs/benchmarks.md, fourteenth pass: the dev Zen 5 decoded 40.6-41.2
+// t/s at 2 KiB against 35.2-37.5 at 4 KiB; the Xeon 43.6 / 50.9 at 4 KiB against 38.6 / 40.4
+// without and 39.8 / 40.7 at 12 KiB). $MOEFLUX_CODES_AHEAD (bytes, read once) overrides.
+int64_t matvec_codes_ahead();
 // Whether those four rows may be spread over a range (four sequential streams instead of four
 // adjacent rows; ops/cpu/avx512_util.h, for_row_blocks). Default on; $MOEFLUX_MATVEC_SPREAD=0
 // turns it off. Bit-identical either way.

@@ -109,18 +109,16 @@ inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& blo
 }
 
 // Bytes ahead of each row's code reads that the affine matvec prefetches: whole blocks of R
-// rows ahead, at least kCodesAhead. Rows of a block are read side by side, so a distance
+// rows ahead, at least codes_ahead(). Rows of a block are read side by side, so a distance
 // shorter than the block lands in rows of the same block, which are being read already: with
 // 4 KiB, 4096-column rows (2 KiB each) were half unprefetched (attn_o in bench_ops: 1 thread
 // 21 -> 30 GB/s, 2 threads 36 -> 50 GB/s on the dev VM with whole blocks).
-// Spread rows (stride > 1) each run on through the rows after them: kCodesAhead itself.
+// Spread rows (stride > 1) each run on through the rows after them: codes_ahead() itself.
+// kCodesAhead: the single-row float loop's distance (kernels_avx512.cpp).
 constexpr int64_t kCodesAhead = 4096;
-// MOEFLUX_CODES_AHEAD (bytes; a developer knob for A/Bs, read once) replaces kCodesAhead here.
+// matvec_codes_ahead() (core/cpu_features.h: 2 KiB on AMD, 4 KiB elsewhere), read once.
 inline int64_t codes_ahead() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("MOEFLUX_CODES_AHEAD");
-    return e && *e ? std::max<int64_t>(0, std::atoll(e)) : kCodesAhead;
-  }();
+  static const int64_t v = matvec_codes_ahead();
   return v;
 }
 inline int64_t prefetch_distance(int64_t row_bytes, int R, int64_t stride) {
