@@ -119,6 +119,21 @@ TEST(GroupLanes, EveryOpAtEveryIsa) {
     }
 }
 
+// A random 4-bit weight of shape s, its group-lane copy, x, and x prepared for the VNNI
+// matvec of the copy (px.digits false if that failed).
+struct VnniCase {
+  test::OwnedWeight o;
+  LaneWeight l;
+  std::vector<float> x;
+  cpu::PreparedX px;
+};
+VnniCase vnni_case(const Shape s, DType sd, uint32_t seed) {
+  VnniCase c{test::random_affine(s.rows, s.cols, 4, s.group_size, sd, seed), {}, test::randn(size_t(s.cols), seed + 1), {}};
+  c.l = to_lanes(c.o);
+  EXPECT_TRUE(cpu::kernels_avx512_vnni().prepare_special(c.l.w, c.x.data(), &c.px)) << c.o.name();
+  return c;
+}
+
 // The integer matvec reads the layout itself: x prepared in group-lane order, and the rows as
 // close to the reference as the natural order's integer loop (the float fallback would pass the
 // test above too).
@@ -126,11 +141,11 @@ TEST(GroupLanes, IntegerMatvecReadsTheLayout) {
   if (cpu_isa_detected() < CpuIsa::Avx512Vnni) GTEST_SKIP() << "no AVX512-VNNI";
   const cpu::Kernels& k = cpu::kernels_avx512_vnni();
   for (const Shape s : kShapes) {
-    const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, DType::BF16, 21);
-    const LaneWeight l = to_lanes(o);
-    const auto x = test::randn(size_t(s.cols), 22);
-    cpu::PreparedX px;
-    ASSERT_TRUE(k.prepare_special(l.w, x.data(), &px));
+    VnniCase c = vnni_case(s, DType::BF16, 21);
+    const auto& o = c.o;
+    const auto& x = c.x;
+    const LaneWeight& l = c.l;
+    cpu::PreparedX& px = c.px;
     EXPECT_TRUE(px.digits && px.group_lanes) << o.name();
     std::vector<float> y(static_cast<size_t>(s.rows), NAN), yn(y.size(), NAN), want(y.size());
     k.matvec_rows(l.w, px, y.data(), 0, s.rows);
@@ -156,11 +171,10 @@ TEST(GroupLanes, IntegerMatvecSameBitsForEveryRowBlock) {
   const cpu::Kernels& k = cpu::kernels_avx512_vnni();
   const bool spread0 = matvec_row_spread();
   for (const Shape s : kShapes) {
-    const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, DType::F16, 31);
-    const LaneWeight l = to_lanes(o);
-    const auto x = test::randn(size_t(s.cols), 32);
-    cpu::PreparedX px;
-    ASSERT_TRUE(k.prepare_special(l.w, x.data(), &px));
+    const VnniCase c = vnni_case(s, DType::F16, 31);
+    const auto& o = c.o;
+    const LaneWeight& l = c.l;
+    const cpu::PreparedX& px = c.px;
     std::vector<float> first;
     for (int rows : {4, 1})
       for (bool spread : {true, false})
