@@ -79,7 +79,8 @@ struct Model {
 // of 32) in place into the group-lane code layout (ops/group_lanes.h) that the AVX-512 VNNI
 // matvec reads with about two thirds of the vector work of file order. Auto: where that is
 // the CPU level in use (core/cpu_features.h), unless MOEFLUX_GROUP_LANES=0 (=1: On). On:
-// always (the other CPU kernels convert rows back as they read them). Mapped packs and
+// always (the AVX-512 matmul decodes the layout too; the float matvecs and the AVX2 kernels
+// convert rows back as they read them). Mapped packs and
 // checkpoints keep file order: their bytes are the page cache's, and expert-cache slots are
 // filled from the files.
 enum class Repack { Off, Auto, On };
