@@ -16,16 +16,20 @@
 
 namespace moeflux::test {
 
+// A fixture's path as one name ("qwen3_moe/q4" -> "qwen3_moe_q4"): test and directory names.
+inline std::string fixture_name(std::string fixture) {
+  for (auto& c : fixture)
+    if (c == '/') c = '_';
+  return fixture;
+}
+
 // A pack of the fixture in a scratch directory on disk (so O_DIRECT works), made once.
 inline const std::string& fixture_pack(const std::string& fixture) {
   static TempDir dir(scratch_dir());
   static std::map<std::string, std::string> made;
   auto it = made.find(fixture);
   if (it != made.end()) return it->second;
-  std::string name = fixture;
-  for (auto& c : name)
-    if (c == '/') c = '_';
-  const std::string dst = dir.file(name);
+  const std::string dst = dir.file(fixture_name(fixture));
   std::string out;
   const std::string cmd = moeflux_exe() + " convert --quiet " + fixture_dir(fixture) + " " + dst;
   if (run_command(cmd, &out) != 0) ADD_FAILURE() << cmd << "\n" << out;

@@ -43,12 +43,7 @@ TEST_P(RepackTest, GroupLanesMatchFileOrderAndGoldens) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, RepackTest,
                          ::testing::Values("qwen3_moe/q4", "mixtral/q4", "qwen3_next/q4", "qwen3_5_moe_text/q4",
                                            "deepseek_v3/q4"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (ch == '/') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::fixture_name(info.param); });
 
 // Which loads repack: only resident packs, Auto only where the VNNI kernels are in use.
 TEST(Repack, OnlyResidentPacksAndAutoOnlyOnVnni) {

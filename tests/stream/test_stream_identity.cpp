@@ -102,12 +102,7 @@ TEST_P(StreamIdentity, BitIdenticalToMappedExperts) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, StreamIdentity,
                          ::testing::Values("qwen3_moe/q4", "mixtral/q4", "qwen3_next/q4", "qwen3_5_moe_text/q4",
                                            "deepseek_v3/q4", "deepseek_v3/fp8", "qwen3_moe"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (ch == '/') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::fixture_name(info.param); });
 
 // The long golden (160 tokens), one streaming configuration per architecture: still identical.
 // Fixture f's ids (from golden_file) through the mapped pack and through an expert cache of

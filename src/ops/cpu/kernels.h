@@ -37,9 +37,9 @@ inline void for_each_interleaved(int64_t cols, int64_t P, int64_t lanes, F&& fn)
 // b * wg + t (wg = group_size / 8 words per group) is step t of block b, its lane l word t of
 // group 16 b + l (lanes l >= nb of a partial last block stay zero). fn(c, i, k) for each
 // natural column c, i its index (chunk * 128 + k * 16 + l), k its code position in the word.
-// Returns the floats per token: whole chunks, >= cols.
+// The layout holds group_lane_steps(cols, group_size) chunks of 128 floats.
 template <typename F>
-inline int64_t for_each_interleaved_lanes(int64_t cols, int64_t group_size, F&& fn) {
+inline void for_each_interleaved_lanes(int64_t cols, int64_t group_size, F&& fn) {
   const int64_t ng = cols / group_size, wg = group_size / 8;
   int64_t chunk = 0;
   for (int64_t b = 0; 16 * b < ng; ++b) {
@@ -48,7 +48,6 @@ inline int64_t for_each_interleaved_lanes(int64_t cols, int64_t group_size, F&& 
       for (int64_t l = 0; l < nb; ++l)
         for (int64_t k = 0; k < 8; ++k) fn((16 * b + l) * group_size + 8 * t + k, chunk * 128 + k * 16 + l, k);
   }
-  return chunk * 128;
 }
 
 // The integer path's largest |q| for codes of `bits`: three balanced base-256 int8 digits hold

@@ -332,11 +332,8 @@ int64_t decode_row(const QWeight& w, const PreparedX& px, int64_t r, float* out,
     lanes_row_decode(w, r, out, sb, bb);
     return px.stride;
   }
-  if (px.interleaved && w.group_lanes) {
-    int64_t n = 0;
-    natural_row_blocks(w, r, r + 1, [&](const QWeight& v, int64_t) { n = decode_row(v, px, 0, out, sb, bb); });
-    return n;
-  }
+  // prepare_x lays x out in the group-lane order for every such weight at 16 lanes
+  MF_ASSERT(!(px.interleaved && w.group_lanes));
   if (px.interleaved) {
     switch (w.bits) {
       case 2: affine_row_decode<2>(w, r, out, sb, bb, lane_groups<16>(w.group_size)); break;

@@ -99,7 +99,7 @@ bool prepare_digits_bits(const QWeight& w, const float* x, PreparedX* px) {
   px->group_lanes = BITS == 4 && w.group_lanes;
   px->stride = nch * CH;
   const int64_t wg = gs / 8;  // code words per group (4-bit)
-  px->xd.assign(size_t(px->group_lanes ? (ng + 15) / 16 * wg * 384 : nch * CD), 0);
+  px->xd.assign(size_t(px->group_lanes ? group_lane_steps(w.cols, gs) * 384 : nch * CD), 0);
   int8_t* xd = px->xd.data();
   if constexpr (BITS == 4) {
     // 32 values at a time (four words of one group): the even ones to the lo digits, the odd

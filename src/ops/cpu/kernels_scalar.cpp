@@ -29,8 +29,7 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shif
   if (!px->interleaved) return;
   const int64_t p = 32 / w.bits, chunk = p * lanes, cols = w.cols;
   const int64_t ng = cols / w.group_size;
-  px->stride = px->group_lanes ? for_each_interleaved_lanes(cols, w.group_size, [](int64_t, int64_t, int64_t) {})
-                               : (cols + chunk - 1) / chunk * chunk;
+  px->stride = px->group_lanes ? 128 * group_lane_steps(cols, w.group_size) : (cols + chunk - 1) / chunk * chunk;
   px->gstride = (ng + 16 + 15) / 16 * 16;
   px->xs.assign(size_t(T * px->stride), 0.0f);
   px->gsum.assign(size_t(T * px->gstride), 0.0f);
