@@ -157,12 +157,14 @@ Runner register_bench(CLI::App& app) {
       else r.fma_pct = 100.0 * r.gflops / fma;
     }
     const std::string isa(cpu_isa_name(cpu_isa()));
-    const std::string isa_note = isa + (model->repacked_tensors ? ", repacked" : "");  // Repack (model.h)
+    // Repack (model.h): the resident pack's weights, or the expert cache's records as read
+    const bool slots = cache && cache->transforms_records();
+    const std::string isa_note = isa + (model->repacked_tensors || slots ? ", repacked" : "");
     if (a->json) {
       nlohmann::ordered_json j = {{"model", a->model}, {"arch", model->cfg.arch}, {"weight_bytes", ms.weight_bytes},
                                   {"params", ms.params}, {"bytes_per_token", ms.bytes_per_token},
                                   {"params_per_token", ms.params_per_token}, {"backend", "cpu"}, {"isa", isa},
-                                  {"repacked_tensors", model->repacked_tensors},
+                                  {"repacked_tensors", model->repacked_tensors}, {"repacked_cache_records", slots},
                                   {"threads", threads}, {"read_bw_gbs", bw}, {"fma_peak_gflops", fma},
                                   {"tests", nlohmann::ordered_json::array()}};
       if (cache) j["disk_read_gbs"] = disk, j["disk_read_direct"] = disk_direct;

@@ -80,10 +80,12 @@ struct Model {
 // matvec reads with about two thirds of the vector work of file order. Auto: where that is
 // the CPU level in use (core/cpu_features.h), unless MOEFLUX_GROUP_LANES=0 (=1: On). On:
 // always (the AVX-512 matmul decodes the layout too; the float matvecs and the AVX2 kernels
-// convert rows back as they read them). Mapped packs and
-// checkpoints keep file order: their bytes are the page cache's, and expert-cache slots are
-// filled from the files.
+// convert rows back as they read them). Mapped packs and checkpoints keep file order (their
+// bytes are the page cache's); expert-cache slots are rewritten as each record is read
+// (stream/streaming.h).
 enum class Repack { Off, Auto, On };
+// Whether `r` asks for the layout on this CPU (Auto resolved as above).
+bool repack_wanted(Repack r);
 
 // Opens a checkpoint directory (config.json + safetensors) or a pack, dispatching on
 // model_type; a pack's files are mapped or (Resident) copied into memory.

@@ -43,20 +43,22 @@ void convert_group_lanes(const QWeight& w, int64_t r0, int64_t r1, bool to_lanes
   }
 }
 
-void to_group_lanes_in_place(const QWeight& w) {
+void to_group_lanes_in_place(const QWeight& w, bool on_pool) {
   MF_ASSERT(group_lanes_eligible(w) && !w.group_lanes);
   const int64_t ng = w.cols / w.group_size, wg = w.group_size / 8;
   uint8_t* data = const_cast<uint8_t*>(w.data);  // PRECOND: writable
   const size_t rb = w.row_bytes();
-  // Rows in parallel: a resident pack's weights are rewritten in one pass at load.
-  cpu_thread_pool().parallel_for(w.rows, 64, [&](int64_t r0, int64_t r1) {
+  auto rows = [&](int64_t r0, int64_t r1) {
     std::vector<uint8_t> row(rb);
     for (int64_t r = r0; r < r1; ++r) {
       uint8_t* p = data + size_t(r) * rb;
       std::memcpy(row.data(), p, rb);
       permute_row<true>(row.data(), p, ng, wg);
     }
-  });
+  };
+  // Rows in parallel: a resident pack's weights are rewritten in one pass at load.
+  if (on_pool) cpu_thread_pool().parallel_for(w.rows, 64, rows);
+  else rows(0, w.rows);
 }
 
 }  // namespace moeflux

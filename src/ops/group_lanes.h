@@ -32,7 +32,9 @@ inline int64_t group_lane_steps(int64_t cols, int64_t group_size) {
 // with to_lanes false (w.group_lanes true). PRECOND: group_lanes_eligible(w).
 void convert_group_lanes(const QWeight& w, int64_t r0, int64_t r1, bool to_lanes, uint8_t* out);
 // Every row of natural w rewritten in place in group-lane order (the caller then sets
-// group_lanes on its views). PRECOND: eligible, and w.data writable.
-void to_group_lanes_in_place(const QWeight& w);
+// group_lanes on its views), in parallel on the CPU thread pool, or with on_pool false on the
+// calling thread alone (an expert cache's reader must not take the engine's pool: a region
+// started meanwhile would run on one thread). PRECOND: eligible, and w.data writable.
+void to_group_lanes_in_place(const QWeight& w, bool on_pool = true);
 
 }  // namespace moeflux

@@ -306,6 +306,15 @@ void ExpertCache::finish_job(const ReadJob& job, std::string error) {
       error = files_.describe_failure(job.layer, job.expert, buf);
     }
   }
+  bool transformed = false;
+  if (error.empty() && transform_) {
+    try {
+      transform_(job.layer, job.expert, job.dst);
+      transformed = true;
+    } catch (const std::exception& ex) {
+      error = files_.describe_failure(job.layer, job.expert, ex.what());
+    }
+  }
   {
     std::lock_guard lock(mu_);
     Entry& e = *static_cast<Entry*>(job.token);
@@ -313,6 +322,7 @@ void ExpertCache::finish_job(const ReadJob& job, std::string error) {
     ++st_.reads;
     if (error.empty()) {
       st_.bytes_read += job.size;
+      st_.transformed += transformed ? 1 : 0;
       e.st = Entry::St::Ready;
       make_evictable(e);
     } else {

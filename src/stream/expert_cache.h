@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,7 @@ struct ExpertCacheStats {
   uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_dropped = 0;  // dropped: no room
   uint64_t predicted = 0, predicted_needed = 0, needed = 0;  // prediction precision / recall
   uint64_t reads = 0, bytes_read = 0, evictions = 0, failures = 0;
+  uint64_t transformed = 0;  // records rewritten by the record transform after their read
   double io_busy_s = 0;  // wall time with at least one read in flight
   double stall_s = 0;    // engine time spent waiting for experts
   uint64_t resident_bytes = 0, peak_bytes = 0, budget_bytes = 0;
@@ -123,6 +125,12 @@ class ExpertCache {
   // Demand accesses per layer and expert since the cache was made (a routing profile).
   std::vector<std::vector<uint64_t>> access_counts() const;
   void set_fault_hook(ExpertFiles::FaultHook h) { files_.set_fault_hook(std::move(h)); }
+  // Rewrites each record in its buffer once it is read (and verified), on the reader's thread,
+  // before anyone can use it: the engine's own layout for experts (streaming.cpp: the
+  // group-lane codes). Set before the first fetch; an exception it throws fails the read.
+  using RecordTransform = std::function<void(int layer, int expert, uint8_t* data)>;
+  void set_record_transform(RecordTransform t) { transform_ = std::move(t); }
+  bool transforms_records() const { return bool(transform_); }
 
   // For the I/O engines: next job (false when stopping, or none and !block), and its end
   // (error empty on success; verification runs here). `which`: the queues a worker serves.
@@ -162,6 +170,7 @@ class ExpertCache {
   ExpertCacheStats st_;
   std::vector<std::thread> readers_;
   std::unique_ptr<IoWorker> uring_;
+  RecordTransform transform_;
 };
 
 std::string_view io_mode_name(IoMode m);

@@ -46,11 +46,11 @@ std::string format_stream_stats(const ExpertCacheStats& s, const ExpertCacheOpti
                 (unsigned long long)s.prefetch_dropped, 100 * s.precision(), 100 * s.recall());
   out += buf;
   std::snprintf(buf, sizeof buf,
-                "  I/O: %llu reads, %s, %.2f GB/s while reading (%.2f s busy), %llu failed; "
+                "  I/O: %llu reads, %s, %.2f GB/s while reading (%.2f s busy), %llu failed, %llu repacked; "
                 "stalled %.3f s (%.1f%% of %.3f s)\n",
                 (unsigned long long)s.reads, human_bytes(double(s.bytes_read)).c_str(), s.io_gbs(), s.io_busy_s,
-                (unsigned long long)s.failures, s.stall_s, elapsed_s > 0 ? 100 * s.stall_s / elapsed_s : 0.0,
-                elapsed_s);
+                (unsigned long long)s.failures, (unsigned long long)s.transformed, s.stall_s,
+                elapsed_s > 0 ? 100 * s.stall_s / elapsed_s : 0.0, elapsed_s);
   out += buf;
   std::snprintf(buf, sizeof buf, "  process peak RSS %s\n", human_bytes(double(peak_rss_bytes())).c_str());
   out += buf;
@@ -80,6 +80,7 @@ nlohmann::ordered_json stream_stats_json(const ExpertCacheStats& s, const Expert
           {"stall_s", s.stall_s},
           {"evictions", s.evictions},
           {"failures", s.failures},
+          {"repacked_records", s.transformed},
           {"peak_bytes", s.peak_bytes}};
 }
 

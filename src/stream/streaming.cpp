@@ -127,6 +127,19 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
     if (prev) prev->next = f;
     prev = f;
   }
+  // Repack: each record is rewritten into the group-lane layout as it is read, on the reader's
+  // thread (model.h; the resident pack's dense weights got it at load).
+  if (repack_wanted(opt.repack)) {
+    std::vector<MoeFfn*> by_layer(man.experts.size(), nullptr);
+    for (auto& layer : m.layers)
+      if (auto* f = dynamic_cast<MoeFfn*>(layer.ffn.get()); f && f->cache == &cache) {
+        by_layer[size_t(f->cache_layer)] = f;
+        f->lanes_slots = true;
+      }
+    cache.set_record_transform([by_layer](int l, int e, uint8_t* data) {
+      if (const MoeFfn* f = by_layer[size_t(l)]) f->to_lanes_in_slot(e, data);
+    });
+  }
   if (!opt.pin_profile.empty()) {
     const RoutingProfile prof = load_routing_profile(opt.pin_profile);
     cache.pin_permanently(most_used_experts(prof, man), uint64_t(double(co.budget_bytes) * opt.pin_share));

@@ -1,6 +1,6 @@
 // ExpertCache on hand-made layer files: bytes delivered for every I/O path, LRU and LFU
 // eviction, prefetch accounting, budgets, permanent pins, checksums, the fault hook, the
-// budget syntax and routing profiles.
+// record transform, the budget syntax and routing profiles.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -218,6 +218,50 @@ TEST(ExpertCache, FaultHookFailsThatReadAndTheNextRequestRetries) {
     EXPECT_EQ(c.stats().failures, 1u);
     c.set_fault_hook(nullptr);
     EXPECT_TRUE(touch(c, 1, 4));
+  }
+}
+
+// The record transform runs once per read, on the read's own bytes, before the entry can be
+// used (a hit sees the rewritten bytes, not a second rewrite); one that throws fails that read
+// with its message, named by layer and expert, and the next request reads it again.
+TEST(ExpertCache, RecordTransformRewritesEachReadOnceAndItsErrorsFailTheRead) {
+  Files f;
+  for (IoEngine en : {IoEngine::Pread, IoEngine::Uring}) {
+    if (en == IoEngine::Uring && !uring_available()) continue;
+    ExpertCacheOptions o = opts(4);
+    o.engine = en;
+    ExpertCache c(f.dir.path(), f.layers, o);
+    bool fail_next = false;
+    c.set_record_transform([&](int l, int e, uint8_t* data) {
+      if (fail_next) throw std::runtime_error("bad layout");
+      for (size_t i = 0; i < kRec; ++i) data[i] = uint8_t(data[i] ^ uint8_t(l + e + 1));
+    });
+    auto rewritten = [](const uint8_t* p, int l, int e) {
+      for (size_t i = 0; i < kRec; ++i)
+        if (p[i] != uint8_t(pattern(l, e, i) ^ uint8_t(l + e + 1))) return false;
+      return true;
+    };
+    const std::vector<int32_t> ids{2, 5};
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass hits
+      auto refs = c.fetch(0, ids);
+      for (size_t i = 0; i < ids.size(); ++i) EXPECT_TRUE(rewritten(refs[i].wait(), 0, ids[i])) << pass;
+    }
+    EXPECT_EQ(c.stats().transformed, 2u);
+    EXPECT_EQ(c.stats().hits, 2u);
+    fail_next = true;
+    const int32_t id = 3;
+    try {
+      c.fetch(1, std::span<const int32_t>(&id, 1))[0].wait();
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 1 expert 3"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad layout"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(c.stats().failures, 1u);
+    fail_next = false;
+    auto again = c.fetch(1, std::span<const int32_t>(&id, 1));
+    EXPECT_TRUE(rewritten(again[0].wait(), 1, 3));
+    EXPECT_EQ(c.stats().transformed, 3u);
   }
 }
 

@@ -3,11 +3,12 @@
 // within the fixture tests' bound of the goldens and within 1e-5 of file order, with the same
 // greedy continuations, at every CPU level this machine has (below AVX-512 through rows
 // converted back, with file order's exact bits). Off, Auto on a level without VNNI, and mapped
-// packs keep file order.
+// packs keep file order; expert-cache slots are rewritten as they are read.
 #include <gtest/gtest.h>
 
 #include "core/cpu_features.h"
 #include "format/pack_store.h"
+#include "stream/expert_cache.h"
 #include "stream_test_util.h"
 
 namespace moeflux {
@@ -38,6 +39,41 @@ TEST_P(RepackTest, GroupLanesMatchFileOrderAndGoldens) {
       EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
     }
   }
+}
+
+// Expert-cache slots: with Repack::On every record read is rewritten into the layout (the
+// cache counts them) and its 4-bit experts are read as such: logits within the same bounds of
+// the goldens and of file order through the same cache, the same greedy tokens, and below
+// AVX-512 the same bits; Off keeps the records as read.
+TEST_P(RepackTest, CacheSlotsTakeTheLayoutAsTheyAreRead) {
+  const std::string pack = test::fixture_pack(GetParam());
+  const auto golden = test::load_golden(test::fixture_dir(GetParam()) + "/golden.safetensors");
+  const auto& ids = golden.i32.at("input_ids");
+  StreamOptions o;
+  o.budget = "25%";  // a small cache: records are read, evicted and read again
+  o.repack = Repack::Off;
+  auto plain = load_model(pack, o);
+  o.repack = Repack::On;
+  auto lanes = load_model(pack, o);
+  ASSERT_TRUE(plain->expert_cache && lanes->expert_cache);
+  for (CpuIsa isa : test::cpu_isas_available()) {
+    SCOPED_TRACE(cpu_isa_name(isa));
+    ScopedCpuIsa scope(isa);
+    Session a(*plain), b(*lanes);
+    const test::RunResult ref = test::run_ids(a, ids, 8), got = test::run_ids(b, ids, 8);
+    ASSERT_EQ(got.logits.size(), golden.f32.at("logits").size());
+    EXPECT_LE(test::rel_l2(got.logits, golden.f32.at("logits")), 1e-4);
+    EXPECT_LE(test::rel_l2(got.logits, ref.logits), 1e-5);
+    EXPECT_EQ(got.greedy, ref.greedy);
+    if (isa < CpuIsa::Avx512) {
+      EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
+    }
+  }
+  const ExpertCacheStats on = lanes->expert_cache->stats(), off = plain->expert_cache->stats();
+  EXPECT_GT(on.evictions, 0u);
+  EXPECT_EQ(on.failures, 0u);
+  EXPECT_EQ(on.transformed, on.reads);
+  EXPECT_EQ(off.transformed, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RepackTest,

@@ -59,6 +59,7 @@ TEST(StreamFaults, TruncatedExpertFileFailsThenRecovers) {
     StreamOptions o;
     o.budget = "1";  // every expert is read from the file each time
     o.cache.io = io;
+    o.repack = Repack::Off;  // file order, as the mapped reference
     auto m = load_model(pack, o);
     Session s(*m);
     s.forward(first);

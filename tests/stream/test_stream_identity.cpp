@@ -1,7 +1,8 @@
 // Expert streaming changes nothing: for every fixture architecture, logits (prefill and
 // decode) and greedy continuations through the expert cache are bit-identical to reading the
 // experts through the memory map, whatever the budget (one expert, a few, all), with and
-// without prefetch, buffered and direct I/O, pread and io_uring readers.
+// without prefetch, buffered and direct I/O, pread and io_uring readers. The cache keeps file
+// order here (Repack::Off); test_repack.cpp checks slots rewritten into the group-lane layout.
 #include <gtest/gtest.h>
 
 #include "core/thread_pool.h"
@@ -65,6 +66,7 @@ TEST_P(StreamIdentity, BitIdenticalToMappedExperts) {
     o.cache.io = c.io;
     o.cache.engine = c.engine;
     o.cache.io_threads = 4;
+    o.repack = Repack::Off;
     auto m = load_model(pack, o);
     ASSERT_TRUE(m->expert_cache);
     Session s(*m);
@@ -116,6 +118,7 @@ std::unique_ptr<Model> expect_cache_matches_mapped(const char* f, const char* go
   const test::RunResult ref = test::run_ids(a, ids, n);
   StreamOptions o;
   o.budget = budget;
+  o.repack = Repack::Off;
   auto m = load_model(pack, o);
   EXPECT_TRUE(m->expert_cache);
   Session b(*m);

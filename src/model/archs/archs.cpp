@@ -20,15 +20,16 @@ const std::pair<const char*, ArchBuilder> kArchs[] = {
     {"kimi_k2", build_deepseek_v3},  // Kimi-K2: DeepseekV3ForCausalLM under its own model_type
 };
 
-// Repack::Auto: the group-lane layout where the CPU level in use reads it natively (AVX-512
-// VNNI); MOEFLUX_GROUP_LANES=0 / 1 (a developer knob for A/Bs, read once) overrides.
+}  // namespace
+
+// Auto: where the CPU level in use reads the layout natively (AVX-512 VNNI);
+// MOEFLUX_GROUP_LANES=0 / 1 (a developer knob for A/Bs, read once) overrides.
 bool repack_wanted(Repack r) {
   if (r != Repack::Auto) return r == Repack::On;
   static const char* env = std::getenv("MOEFLUX_GROUP_LANES");
   if (env && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
   return cpu_isa() == CpuIsa::Avx512Vnni;
 }
-}  // namespace
 
 ArchBuilder find_arch(const std::string& model_type) {
   for (const auto& [name, fn] : kArchs)

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "model/blocks/batch_buffers.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/group_lanes.h"
 #include "stream/expert_cache.h"
 #include "ops/ref/ref.h"
 
@@ -29,7 +30,9 @@ void DenseMlp::forward(const float* x, int64_t T, float* out) const { mlp.apply_
 
 namespace {
 
-QWeight rebased(QWeight w, const uint8_t* from, const uint8_t* to) {
+// w's view moved from record bytes at `from` to a copy at `to`; lanes: the copy's eligible
+// weights are in the group-lane layout (MoeFfn::lanes_slots).
+QWeight rebased(QWeight w, const uint8_t* from, const uint8_t* to, bool lanes) {
   auto move = [&](const uint8_t*& p) {
     if (p) p = to + (p - from);
   };
@@ -37,11 +40,12 @@ QWeight rebased(QWeight w, const uint8_t* from, const uint8_t* to) {
   move(w.scales);
   move(w.biases);
   move(w.block_scales);
+  w.group_lanes = lanes && group_lanes_eligible(w);
   return w;
 }
 
-SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to) {
-  return SwiGlu{rebased(s.gate, from, to), rebased(s.up, from, to), rebased(s.down, from, to)};
+SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to, bool lanes) {
+  return SwiGlu{rebased(s.gate, from, to, lanes), rebased(s.up, from, to, lanes), rebased(s.down, from, to, lanes)};
 }
 
 // Decode runs experts and combine fused (swiglu_experts_combined) on 8 threads or more:
@@ -70,6 +74,12 @@ std::vector<int32_t> distinct(std::vector<int32_t> ids) {
 }
 
 }  // namespace
+
+void MoeFfn::to_lanes_in_slot(int expert, uint8_t* slot) const {
+  const SwiGlu s = rebased(experts[size_t(expert)], record_base[size_t(expert)], slot, false);
+  for (const QWeight* w : {&s.gate, &s.up, &s.down})
+    if (group_lanes_eligible(*w)) to_group_lanes_in_place(*w, /*on_pool=*/false);
+}
 
 void MoeFfn::route_tokens(const float* x, int64_t T, int32_t* ids, float* weights) const {
   PhaseTimer pt("route.router");  // inside the caller's phase
@@ -180,7 +190,7 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
           if (done[j] || (!all && !refs[j].ready())) continue;
           const int32_t e = part[j];
           es.push_back(e), js.push_back(j);
-          ws.push_back(rebased(experts[size_t(e)], record_base[size_t(e)], refs[j].wait()));
+          ws.push_back(rebased(experts[size_t(e)], record_base[size_t(e)], refs[j].wait(), lanes_slots));
           if (all && T > 1) {  // run this arrival now and unpin it
             run(es, ws);
             done[j] = true, refs[j].release();

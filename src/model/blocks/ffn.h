@@ -46,10 +46,16 @@ struct MoeFfn : FeedForward {
   // onto the fetched record. `next` (the following MoE layer) is prefetched with its own
   // router applied to this layer's input. Results are identical with or without a cache:
   // experts are summed in ascending id order whatever order their bytes arrive in.
+  // lanes_slots: the cache's records hold the 4-bit affine experts in the group-lane code
+  // layout (Repack; to_lanes_in_slot rewrote each as it was read), so their views say so.
   ExpertCache* cache = nullptr;
   int cache_layer = -1;
   std::vector<const uint8_t*> record_base;
   const MoeFfn* next = nullptr;
+  bool lanes_slots = false;
+  // Rewrites expert e's eligible weights in `slot` (a copy of its record, file order) into the
+  // group-lane layout, on the calling thread.
+  void to_lanes_in_slot(int expert, uint8_t* slot) const;
 
   void forward(const float* x, int64_t T, float* out) const override;
   // Routes x (T, dim): ids and weights (T, n_experts_active).
