@@ -63,6 +63,19 @@ ExpertCacheOptions opts(uint64_t records, CachePolicy pol = CachePolicy::Lru) {
   return o;
 }
 
+// fn(cache) with a 4-record cache over f for each reader engine this build has.
+template <typename F>
+void for_each_engine(const Files& f, F&& fn) {
+  for (IoEngine en : {IoEngine::Pread, IoEngine::Uring}) {
+    if (en == IoEngine::Uring && !uring_available()) continue;
+    SCOPED_TRACE(std::string(io_engine_name(en)));
+    ExpertCacheOptions o = opts(4);
+    o.engine = en;
+    ExpertCache c(f.dir.path(), f.layers, o);
+    fn(c);
+  }
+}
+
 // Fetches one expert, waits, releases; true when its bytes are right.
 bool touch(ExpertCache& c, int l, int e) {
   const int32_t id = e;
@@ -200,11 +213,7 @@ TEST(ExpertCache, VerifyDetectsACorruptedRecord) {
 
 TEST(ExpertCache, FaultHookFailsThatReadAndTheNextRequestRetries) {
   Files f;
-  for (IoEngine en : {IoEngine::Pread, IoEngine::Uring}) {
-    if (en == IoEngine::Uring && !uring_available()) continue;
-    ExpertCacheOptions o = opts(4);
-    o.engine = en;
-    ExpertCache c(f.dir.path(), f.layers, o);
+  for_each_engine(f, [](ExpertCache& c) {
     c.set_fault_hook([](int l, int e) {
       if (l == 1 && e == 4) throw std::runtime_error("injected I/O error");
     });
@@ -218,7 +227,7 @@ TEST(ExpertCache, FaultHookFailsThatReadAndTheNextRequestRetries) {
     EXPECT_EQ(c.stats().failures, 1u);
     c.set_fault_hook(nullptr);
     EXPECT_TRUE(touch(c, 1, 4));
-  }
+  });
 }
 
 // The record transform runs once per read, on the read's own bytes, before the entry can be
@@ -226,11 +235,7 @@ TEST(ExpertCache, FaultHookFailsThatReadAndTheNextRequestRetries) {
 // with its message, named by layer and expert, and the next request reads it again.
 TEST(ExpertCache, RecordTransformRewritesEachReadOnceAndItsErrorsFailTheRead) {
   Files f;
-  for (IoEngine en : {IoEngine::Pread, IoEngine::Uring}) {
-    if (en == IoEngine::Uring && !uring_available()) continue;
-    ExpertCacheOptions o = opts(4);
-    o.engine = en;
-    ExpertCache c(f.dir.path(), f.layers, o);
+  for_each_engine(f, [](ExpertCache& c) {
     bool fail_next = false;
     c.set_record_transform([&](int l, int e, uint8_t* data) {
       if (fail_next) throw std::runtime_error("bad layout");
@@ -262,7 +267,7 @@ TEST(ExpertCache, RecordTransformRewritesEachReadOnceAndItsErrorsFailTheRead) {
     auto again = c.fetch(1, std::span<const int32_t>(&id, 1));
     EXPECT_TRUE(rewritten(again[0].wait(), 1, 3));
     EXPECT_EQ(c.stats().transformed, 3u);
-  }
+  });
 }
 
 TEST(ExpertCache, TruncatedFileFailsAndWorksOnceRestored) {
