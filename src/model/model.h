@@ -81,8 +81,8 @@ struct Model {
 // the CPU level in use (core/cpu_features.h), unless MOEFLUX_GROUP_LANES=0 (=1: On). On:
 // always (the AVX-512 matmul decodes the layout too; the float matvecs and the AVX2 kernels
 // convert rows back as they read them). Mapped packs and checkpoints keep file order (their
-// bytes are the page cache's); expert-cache slots are rewritten as each record is read
-// (stream/streaming.h).
+// bytes are the page cache's); expert-cache records are rewritten as each is read, by Auto
+// only when the cache's budget holds them all (stream/streaming.cpp).
 enum class Repack { Off, Auto, On };
 // Whether `r` asks for the layout on this CPU (Auto resolved as above).
 bool repack_wanted(Repack r);

@@ -128,8 +128,11 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
     prev = f;
   }
   // Repack: each record is rewritten into the group-lane layout as it is read, on the reader's
-  // thread (model.h; the resident pack's dense weights got it at load).
-  if (repack_wanted(opt.repack)) {
+  // thread (model.h). Auto does so only when the budget holds every record, so that each is
+  // rewritten once: the rewrite (~1 ms for a 1.7 MB Qwen3-30B expert on the dev VM) outweighs
+  // what the layout saves a record that is evicted and read again (dev, 8 layers: a 10% cache
+  // decoded 24% slower rewriting, a warm 100% one 4% faster; docs/benchmarks.md, fifteenth pass).
+  if (repack_wanted(opt.repack) && (opt.repack == Repack::On || co.budget_bytes >= total)) {
     std::vector<MoeFfn*> by_layer(man.experts.size(), nullptr);
     for (auto& layer : m.layers)
       if (auto* f = dynamic_cast<MoeFfn*>(layer.ffn.get()); f && f->cache == &cache) {

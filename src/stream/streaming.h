@@ -26,7 +26,7 @@ struct StreamOptions {
   bool resident = true;            // where auto needs no cache and the whole pack fits in half
                                    // the RAM, copy it into memory (MapMode::Resident) instead of
                                    // mapping it; false: --mmap
-  Repack repack = Repack::Auto;    // 4-bit weights of a resident pack and of cache slots (model.h); Off: --no-repack
+  Repack repack = Repack::Auto;    // 4-bit weights of a resident pack and of cache records (model.h, streaming.cpp); Off: --no-repack
 };
 
 // Parses a budget: "auto", N, N[KMGT] (powers of 1024; "iB"/"B" suffixes allowed) or P%

@@ -72,7 +72,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, RepackTest,
                                            "deepseek_v3/q4"),
                          [](const auto& info) { return test::fixture_name(info.param); });
 
-// Which loads repack: only resident packs, Auto only where the VNNI kernels are in use.
+// Which loads repack: only resident packs and cache records, Auto only where the VNNI kernels
+// are in use (and for cache records only when the budget holds them all).
 TEST(Repack, OnlyResidentPacksAndAutoOnlyOnVnni) {
   const std::string pack = test::fixture_pack("qwen3_moe/q4");
   EXPECT_EQ(load_model(pack, MapMode::Map, Repack::On)->repacked_tensors, 0);
@@ -87,6 +88,18 @@ TEST(Repack, OnlyResidentPacksAndAutoOnlyOnVnni) {
   StreamOptions o;
   o.repack = Repack::Off;
   EXPECT_EQ(load_model(pack, o)->repacked_tensors, 0);
+  // Expert-cache records: Auto rewrites them only when the budget holds them all, On always.
+  o.budget = "25%";
+  o.repack = Repack::Auto;
+  EXPECT_FALSE(load_model(pack, o)->expert_cache->transforms_records());
+  o.repack = Repack::On;
+  EXPECT_TRUE(load_model(pack, o)->expert_cache->transforms_records());
+  o.budget = "100%";
+  o.need_cache = true;
+  o.repack = Repack::Auto;
+  EXPECT_EQ(load_model(pack, o)->expert_cache->transforms_records(), vnni);
+  o.repack = Repack::Off;
+  EXPECT_FALSE(load_model(pack, o)->expert_cache->transforms_records());
 }
 
 }  // namespace
