@@ -129,7 +129,8 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
   }
   // Repack: each record is rewritten into the group-lane layout as it is read, on the reader's
   // thread (model.h). Auto does so only when the budget holds every record, so that each is
-  // rewritten once: the rewrite (~0.6 ms for a 1.7 MB Qwen3-30B expert on the dev VM) outweighs
+  // rewritten once: the rewrite (~0.2 ms for a 2.65 MB Qwen3-30B expert on one dev VM thread,
+  // and on the demand read's path) outweighs
   // what the layout saves a record that is evicted and read again (dev, 8 layers: a 10% cache
   // decoded 24% slower rewriting, a warm 100% one 4% faster; docs/benchmarks.md, fifteenth pass).
   if (repack_wanted(opt.repack) && (opt.repack == Repack::On || co.budget_bytes >= total)) {
