@@ -110,6 +110,14 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
   co.budget_bytes = parse_cache_budget(opt.budget, total);
   m.expert_cache = std::make_unique<ExpertCache>(pack->dir(), man.experts, co);
   ExpertCache& cache = *m.expert_cache;
+  // Repack: each record is rewritten into the group-lane layout as it is read, on the reader's
+  // thread (model.h). Auto does so only when the budget holds every record, so that each is
+  // rewritten once: the rewrite (~0.2 ms for a 2.65 MB Qwen3-30B expert on one dev VM thread,
+  // and on the demand read's path) outweighs what the layout saves a record that is evicted
+  // and read again (dev, 8 layers: a 10% cache decoded 24% slower rewriting, a warm 100% one
+  // 4% faster; docs/benchmarks.md, fifteenth pass).
+  const bool rewrite = repack_wanted(opt.repack) && (opt.repack == Repack::On || co.budget_bytes >= total);
+  std::vector<const MoeFfn*> by_layer(man.experts.size(), nullptr);  // the block of each expert layer
   MoeFfn* prev = nullptr;
   for (auto& layer : m.layers) {
     auto* f = dynamic_cast<MoeFfn*>(layer.ffn.get());
@@ -121,29 +129,18 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
       fail(pack->dir(), ": ", el.file, " holds ", el.records.size(), " experts, the model has ", f->n_experts);
     f->cache = &cache;
     f->cache_layer = it->second;
+    f->lanes_slots = rewrite;
+    by_layer[size_t(it->second)] = f;
     f->record_base.clear();
     const uint8_t* base = pack->layer_map(size_t(it->second)).data();
     for (const auto& r : el.records) f->record_base.push_back(base + r.offset);
     if (prev) prev->next = f;
     prev = f;
   }
-  // Repack: each record is rewritten into the group-lane layout as it is read, on the reader's
-  // thread (model.h). Auto does so only when the budget holds every record, so that each is
-  // rewritten once: the rewrite (~0.2 ms for a 2.65 MB Qwen3-30B expert on one dev VM thread,
-  // and on the demand read's path) outweighs
-  // what the layout saves a record that is evicted and read again (dev, 8 layers: a 10% cache
-  // decoded 24% slower rewriting, a warm 100% one 4% faster; docs/benchmarks.md, fifteenth pass).
-  if (repack_wanted(opt.repack) && (opt.repack == Repack::On || co.budget_bytes >= total)) {
-    std::vector<MoeFfn*> by_layer(man.experts.size(), nullptr);
-    for (auto& layer : m.layers)
-      if (auto* f = dynamic_cast<MoeFfn*>(layer.ffn.get()); f && f->cache == &cache) {
-        by_layer[size_t(f->cache_layer)] = f;
-        f->lanes_slots = true;
-      }
+  if (rewrite)
     cache.set_record_transform([by_layer](int l, int e, uint8_t* data) {
       if (const MoeFfn* f = by_layer[size_t(l)]) f->to_lanes_in_slot(e, data);
     });
-  }
   if (!opt.pin_profile.empty()) {
     const RoutingProfile prof = load_routing_profile(opt.pin_profile);
     cache.pin_permanently(most_used_experts(prof, man), uint64_t(double(co.budget_bytes) * opt.pin_share));
