@@ -4,14 +4,11 @@
 // and exact fp8 / affine decoding (the thread pool: test_thread_pool.cpp).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
-#include <string>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -609,104 +606,6 @@ TEST(OpsCpu, FusedExpertsAndCombineAreBitIdenticalToUnfused) {
       }
     }
   }
-  set_cpu_threads(0);
-}
-
-// Decode's router, choice and fused experts in one region (routed_experts_combined) equal the
-// router's matvec, the choice and swiglu_experts_combined in turn, bit for bit, on 1, 3 and 5
-// threads at every ISA, in one parallel region; a declined choice or experts of other shapes
-// leave out untouched with the logits written; a choice that throws fails the call.
-TEST(OpsCpu, RoutedExpertsAreBitIdenticalToRouterThenFused) {
-  const int64_t hidden = 512, dim = 576, n_experts = 12, k = 4;
-  std::vector<OwnedWeight> g, u, d;
-  for (int i = 0; i < n_experts; ++i) {
-    g.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(210 + i)));
-    u.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(230 + i)));
-    d.push_back(test::random_affine(dim, hidden, 4, 64, DType::BF16, uint32_t(250 + i)));
-  }
-  const OwnedWeight up8 = test::random_affine(hidden, dim, 8, 64, DType::BF16, 270);
-  // A router of 8-bit rows, and of bf16 rows (as most checkpoints keep it).
-  const OwnedWeight r8 = test::random_affine(n_experts, dim, 8, 64, DType::BF16, 271);
-  const OwnedWeight r16 = test::random_dense(n_experts, dim, DType::BF16, 272);
-  const auto x = test::randn(size_t(dim), 273);
-  // The choice: the k largest logits (ties to the lower id), weights their softmax, summed in
-  // ascending id; `odd` picks expert 5 with the 8-bit up instead of its own.
-  auto pick = [&](const float* lg, std::vector<int32_t>* ids, std::vector<float>* wts) {
-    std::vector<int32_t> all(static_cast<size_t>(n_experts));
-    std::iota(all.begin(), all.end(), 0);
-    std::partial_sort(all.begin(), all.begin() + k, all.end(), [&](int32_t a, int32_t b) {
-      return lg[a] != lg[b] ? lg[a] > lg[b] : a < b;
-    });
-    ids->assign(all.begin(), all.begin() + k);
-    std::sort(ids->begin(), ids->end());
-    float sum = 0;
-    wts->clear();
-    for (int32_t e : *ids) wts->push_back(std::exp(lg[e])), sum += wts->back();
-    for (float& v : *wts) v /= sum;
-  };
-  for (const OwnedWeight* router : {&r8, &r16})
-    for (int threads : {1, 3, 5}) {
-      set_cpu_threads(threads);
-      for (CpuIsa isa : test::cpu_isas_available()) {
-        ScopedCpuIsa scoped(isa);
-        const std::string where = std::string(router == &r8 ? "q8" : "bf16") + " router, isa " +
-                                  std::string(cpu_isa_name(isa)) + " threads " + std::to_string(threads);
-        // In turn: the router, the choice, the fused experts.
-        std::vector<float> lg_want(size_t(n_experts), NAN), want(size_t(dim), NAN);
-        matvec(router->w, x.data(), lg_want.data());
-        std::vector<int32_t> ids;
-        std::vector<float> wts;
-        pick(lg_want.data(), &ids, &wts);
-        std::vector<const QWeight*> gp, up, dp;
-        for (int32_t e : ids) gp.push_back(&g[size_t(e)].w), up.push_back(&u[size_t(e)].w), dp.push_back(&d[size_t(e)].w);
-        swiglu_experts_combined(int(k), gp.data(), up.data(), dp.data(), x.data(), wts.data(), want.data());
-
-        int calls = 0;
-        bool odd = false, decline = false;
-        const ExpertChoice choose = [&](const float* lg, const QWeight** cg, const QWeight** cu, const QWeight** cd,
-                                        float* cw) {
-          ++calls;
-          if (decline) return false;
-          std::vector<int32_t> cids;
-          std::vector<float> cwts;
-          pick(lg, &cids, &cwts);
-          for (int j = 0; j < k; ++j) {
-            const size_t e = size_t(cids[size_t(j)]);
-            cg[j] = &g[e].w, cu[j] = odd && e == size_t(cids[0]) ? &up8.w : &u[e].w, cd[j] = &d[e].w, cw[j] = cwts[size_t(j)];
-          }
-          return true;
-        };
-        std::vector<float> lg(size_t(n_experts), NAN), out(size_t(dim), NAN);
-        ThreadPool::reset_profile();
-        ThreadPool::set_profiling(true);
-        const bool ran = routed_experts_combined(router->w, int(k), g[0].w, u[0].w, d[0].w, choose, x.data(), lg.data(),
-                                                 out.data());
-        ThreadPool::set_profiling(false);
-        EXPECT_TRUE(ran) << where;
-        EXPECT_EQ(calls, 1) << where;
-        EXPECT_EQ(lg, lg_want) << where;
-        EXPECT_EQ(out, want) << where;
-        EXPECT_EQ(ThreadPool::profile().regions, threads > 1 ? 1u : 0u) << where;
-        // Declined, or experts of another layout: logits written, out untouched.
-        for (bool declined : {true, false}) {
-          decline = declined, odd = !declined;
-          std::vector<float> lg2(size_t(n_experts), NAN), out2(size_t(dim), -7.0f);
-          EXPECT_FALSE(routed_experts_combined(router->w, int(k), g[0].w, u[0].w, d[0].w, choose, x.data(),
-                                               lg2.data(), out2.data()))
-              << where;
-          EXPECT_EQ(lg2, lg_want) << where;
-          EXPECT_EQ(out2, std::vector<float>(size_t(dim), -7.0f)) << where;
-        }
-        decline = odd = false;
-        const ExpertChoice throws = [](const float*, const QWeight**, const QWeight**, const QWeight**, float*) -> bool {
-          throw Error("choice failed");
-        };
-        EXPECT_THROW(routed_experts_combined(router->w, int(k), g[0].w, u[0].w, d[0].w, throws, x.data(), lg.data(),
-                                             out.data()),
-                     Error)
-            << where;
-      }
-    }
   set_cpu_threads(0);
 }
 

@@ -137,9 +137,8 @@ TEST(StreamIdentityLong, SmallCacheWithPrefetch) {
   }
 }
 
-// On 8 threads or more decode runs its router and experts fused (one region: the router's rows,
-// the choice, the experts, combine per row block), while the expert cache's windows route first
-// and run them unfused: still the same bits, with shared experts and grouped sigmoid routing
+// On 8 threads or more decode runs its experts fused (one region, combine per row block),
+// while the expert cache's windows run them unfused: still the same bits, with shared experts
 // (deepseek_v3) and a gated shared expert (qwen3_next).
 TEST(StreamIdentityLong, FusedDecodeExpertsMatchTheCachePath) {
   set_cpu_threads(8);

@@ -53,17 +53,6 @@ SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to, bool lan
 // are cheap and the fused down blocks' short runs stream worse (docs/benchmarks.md, sixth
 // pass; the cut at 8 lies between the two machines). MOEFLUX_FUSED_EXPERTS=0 / 1 forces it;
 // both give the same bits.
-// Decode's fused experts take the router and the choice of experts into their region
-// (routed_experts_combined): one region fewer a layer. MOEFLUX_MERGED_ROUTER=0 keeps the
-// router's own region and the choice between the two; both give the same bits.
-bool merged_router() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_MERGED_ROUTER");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
-
 bool fused_experts() {
   static const int forced = [] {
     const char* e = std::getenv("MOEFLUX_FUSED_EXPERTS");
@@ -116,34 +105,8 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   std::vector<float> w(static_cast<size_t>(T * K));
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   PhaseTimer pt("moe.route");
-  const bool fuse = !cache && T == 1 && K <= kMaxFusedExperts && fused_experts();
-  if (fuse && merged_router()) {
-    // The router, the choice and the experts in one region; the experts in ascending id.
-    std::vector<float> logits(static_cast<size_t>(n_experts));
-    const ExpertChoice choose = [&](const float* lg, const QWeight** g, const QWeight** u, const QWeight** d, float* wt) {
-      route(lg, ids.data(), w.data());
-      std::array<int32_t, kMaxFusedExperts> order;
-      std::iota(order.begin(), order.begin() + K, 0);
-      std::sort(order.begin(), order.begin() + K, [&](int32_t a, int32_t b) { return ids[size_t(a)] < ids[size_t(b)]; });
-      for (int64_t j = 0; j < K; ++j) {
-        const int32_t e = ids[size_t(order[size_t(j)])];
-        if (j > 0 && e == ids[size_t(order[size_t(j - 1)])]) return false;  // a repeat: the general path merges it
-        const SwiGlu& sw = experts[size_t(e)];
-        g[j] = &sw.gate, u[j] = &sw.up, d[j] = &sw.down, wt[j] = w[size_t(order[size_t(j)])];
-      }
-      return true;
-    };
-    pt.next("moe.routed_experts");
-    const SwiGlu& like = experts[0];
-    if (routed_experts_combined(router, int(K), like.gate, like.up, like.down, choose, x, logits.data(), out)) {
-      pt.next("moe.combine+shared");
-      return add_shared(x, T, out);
-    }
-    route(logits.data(), ids.data(), w.data());  // declined: the paths below, from the same logits
-  } else {
-    route_tokens(x, T, ids.data(), w.data());
-  }
-  if (fuse) {
+  route_tokens(x, T, ids.data(), w.data());
+  if (!cache && T == 1 && K <= kMaxFusedExperts && fused_experts()) {
     // One token, every expert in memory: experts and combine in one parallel region, the
     // experts in ascending id (the order the sum is defined by), without the batch's grouping.
     std::array<int32_t, kMaxFusedExperts> order;

@@ -4,7 +4,6 @@
 #include "ops/cpu/cpu_ops.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -313,44 +312,19 @@ bool guided_down() {
 }
 }  // namespace
 
-namespace {
-// A router stage ahead of fused experts (routed_experts_combined): its rows' items come first
-// and the thread that completes the last one chooses the experts.
-struct RouterStage {
-  const QWeight* router;
-  const ExpertChoice* choose;
-  float* logits;
-  const QWeight *like_gate, *like_up, *like_down;
-};
-
-// Whether the chosen experts can run in items laid out for the `like` shapes.
-bool like_stage(const RouterStage& rs, int n, const QWeight* const* g, const QWeight* const* u, const QWeight* const* d) {
-  return uniform_experts(n, g, u, d) && same_layout(*g[0], *rs.like_gate) && same_layout(*u[0], *rs.like_up) &&
-         same_layout(*d[0], *rs.like_down) && g[0]->rows == rs.like_gate->rows && d[0]->rows == rs.like_down->rows;
-}
-
-// swiglu_experts_combined's region, after the router stage when rs is set (g, u, d and w are
-// then written by its choice). Returns false when the choice declined or did not fit the
-// `like` shapes (nothing written to out). PRECOND: uniform experts when rs is null.
-bool combined_region(const RouterStage* rs, int n, const QWeight** gate, const QWeight** up, const QWeight** down,
-                     const float* x, float* w, float* out) {
-  const cpu::Kernels& k = kernels();
+void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                             const float* x, const float* w, float* out) {
+  MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
+  for (int i = 0; i < n; ++i) MF_ASSERT(down[i]->rows == down[0]->rows);
   const int64_t dim = down[0]->rows;
   float* ys = cpu::scratch(6, size_t(n * dim));  // expert i's down output at i * dim
   const float* yp[kMaxFusedExperts];
   for (int i = 0; i < n; ++i) yp[i] = ys + i * dim;
-  // Router: blocks of its rows, one a thread where they hold up to chunk_min_bytes() each (in
-  // multiples of the matvec's 4-row blocks), against x prepared for it.
-  std::vector<int64_t> rat{0};
-  cpu::PreparedX rpx;
-  if (rs) {
-    const int64_t rb = int64_t(rs->router->row_bytes()), threads = cpu_thread_pool().size();
-    const int64_t per_thread = (rs->router->rows + threads - 1) / threads;
-    const int64_t rrows = (std::clamp<int64_t>(chunk_min_bytes() / rb, 1, per_thread) + 3) / 4 * 4;
-    rat = shrinking_bounds(rs->router->rows, 1, 4, rrows, rrows);
-    prepare_for(k, *rs->router, x, &rpx);
+  if (!uniform_experts(n, gate, up, down)) {
+    for (int i = 0; i < n; ++i) swiglu_expert(*gate[i], *up[i], *down[i], x, ys + i * dim);
+    return combine_weighted(n, yp, w, out, 0, dim);
   }
-  const int64_t r_items = int64_t(rat.size()) - 1;
+  const cpu::Kernels& k = kernels();
   // Gate / up items, at least 4 per expert so that the last ones, which the first down blocks
   // wait for, are short. Down: blocks of output rows over all experts (at least 64 rows: each
   // is n runs of contiguous rows), each added up where it was computed.
@@ -367,37 +341,16 @@ bool combined_region(const RouterStage* rs, int n, const QWeight** gate, const Q
   const std::vector<int64_t> dat =
       shrinking_bounds(dim, cpu_thread_pool().size(), 16, guided_down() ? 16 : dblock, dblock);
   const int64_t d_items = int64_t(dat.size()) - 1;
-  std::atomic<int64_t> r_left{r_items};  // router blocks still running
-  // The experts: 0 not chosen yet, 1 chosen, 2 declined (every item returns).
-  std::atomic<int> chosen{rs ? 0 : 1};
   std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
   for (int i = 0; i < n; ++i) left[i].store(int(items.blocks), std::memory_order_relaxed);
   std::atomic<bool> prepared[kMaxFusedExperts];  // expert i's h is prepared (pool[i])
   for (int i = 0; i < n; ++i) prepared[i].store(false, std::memory_order_relaxed);
   std::atomic<bool> failed{false};
-  // Waits until the experts are chosen; false when they were declined or an item failed.
-  auto wait_chosen = [&] {
-    int c;
-    while ((c = chosen.load(std::memory_order_acquire)) == 0) {
-      if (failed.load(std::memory_order_acquire)) return false;
-      cpu_relax();
-    }
-    return c == 1;
-  };
-  PhaseTimer pt(rs ? "experts.routed" : "experts.fused");  // inside the caller's phase (moe.experts)
-  each_item(r_items + gu_items + d_items, items.small(n), [&](int64_t b) {
-    if (b < r_items + gu_items) {
+  PhaseTimer pt("experts.fused");  // inside the caller's phase (moe.experts)
+  each_item(gu_items + d_items, items.small(n), [&](int64_t b) {
+    if (b < gu_items) {
       try {
-        if (b < r_items) {
-          k.matvec_rows(*rs->router, rpx, rs->logits, rat[size_t(b)], rat[size_t(b) + 1]);
-          if (r_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {  // logits complete: choose here
-            const bool ok = (*rs->choose)(rs->logits, gate, up, down, w) && like_stage(*rs, n, gate, up, down);
-            chosen.store(ok ? 1 : 2, std::memory_order_release);
-          }
-          return;
-        }
-        if (!wait_chosen()) return;  // items are handed out in order: the router's are all running
-        const int64_t i = items.run(k, b - r_items, px, gu);
+        const int64_t i = items.run(k, b, px, gu);
         if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) {  // h_i complete: prepare it here
           prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
           prepared[i].store(true, std::memory_order_release);
@@ -411,8 +364,7 @@ bool combined_region(const RouterStage* rs, int n, const QWeight** gate, const Q
     // Items are handed out in order, so every gate / up block is running or done by now. The
     // experts whose h is ready run first, whatever their order (each into its own ys row), and
     // the thread waits only when none is; the sum is still taken in expert order.
-    if (!wait_chosen()) return;
-    const int64_t r0 = dat[size_t(b - r_items - gu_items)], r1 = dat[size_t(b - r_items - gu_items) + 1];
+    const int64_t r0 = dat[size_t(b - gu_items)], r1 = dat[size_t(b - gu_items) + 1];
     uint32_t todo = n == 32 ? ~0u : (1u << n) - 1;
     while (todo) {
       bool ran = false;
@@ -428,40 +380,6 @@ bool combined_region(const RouterStage* rs, int n, const QWeight** gate, const Q
     }
     combine_weighted(n, yp, w, out, r0, r1);
   });
-  return chosen.load(std::memory_order_acquire) == 1;
-}
-}  // namespace
-
-void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
-                             const float* x, const float* w, float* out) {
-  MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
-  for (int i = 0; i < n; ++i) MF_ASSERT(down[i]->rows == down[0]->rows);
-  const int64_t dim = down[0]->rows;
-  if (!uniform_experts(n, gate, up, down)) {
-    float* ys = cpu::scratch(6, size_t(n * dim));
-    const float* yp[kMaxFusedExperts];
-    for (int i = 0; i < n; ++i) {
-      yp[i] = ys + i * dim;
-      swiglu_expert(*gate[i], *up[i], *down[i], x, ys + i * dim);
-    }
-    return combine_weighted(n, yp, w, out, 0, dim);
-  }
-  std::array<const QWeight*, kMaxFusedExperts> g, u, d;
-  std::array<float, kMaxFusedExperts> wt;
-  std::copy_n(gate, n, g.begin()), std::copy_n(up, n, u.begin()), std::copy_n(down, n, d.begin());
-  std::copy_n(w, n, wt.begin());
-  combined_region(nullptr, n, g.data(), u.data(), d.data(), x, wt.data(), out);
-}
-
-bool routed_experts_combined(const QWeight& router, int n, const QWeight& like_gate, const QWeight& like_up,
-                             const QWeight& like_down, const ExpertChoice& choose, const float* x, float* logits,
-                             float* out) {
-  MF_ASSERT(n >= 1 && n <= kMaxFusedExperts && like_gate.rows == like_up.rows && like_gate.rows == like_down.cols);
-  std::array<const QWeight*, kMaxFusedExperts> g, u, d;  // the `like` expert until the choice
-  std::array<float, kMaxFusedExperts> wt{};
-  g.fill(&like_gate), u.fill(&like_up), d.fill(&like_down);
-  const RouterStage rs{&router, &choose, logits, &like_gate, &like_up, &like_down};
-  return combined_region(&rs, n, g.data(), u.data(), d.data(), x, wt.data(), out);
 }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {

@@ -70,24 +70,6 @@ constexpr int kMaxFusedExperts = 32;  // swiglu_experts_combined's n at most
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                              const float* x, const float* w, float* out);
 
-// Chooses one token's experts from its router logits: writes the n experts to run into gate /
-// up / down, in the order they are summed, and their weights into w. Returns false when they
-// cannot run fused (a repeated expert), and the caller runs them itself.
-using ExpertChoice = std::function<bool(const float* logits, const QWeight** gate, const QWeight** up,
-                                        const QWeight** down, float* w)>;
-
-// One token's router, choice of experts and swiglu_experts_combined in one parallel region:
-// logits (router.rows) = router x in blocks of rows first; the thread that completes the last
-// one calls choose, and the experts' gate / up items start once it has returned. Saves a
-// region's start and tail, and the serial choice, a layer. The items are laid out for experts
-// of like_gate / like_up / like_down's shapes and layouts; returns false, with logits written
-// and out untouched, when choose declined or chose experts of other shapes. Otherwise out gets
-// the bits of matvec(router), choose and swiglu_experts_combined in turn.
-// PRECOND: 1 <= n <= kMaxFusedExperts; like_gate.rows == like_up.rows == like_down.cols.
-bool routed_experts_combined(const QWeight& router, int n, const QWeight& like_gate, const QWeight& like_up,
-                             const QWeight& like_down, const ExpertChoice& choose, const float* x, float* logits,
-                             float* out);
-
 // Several experts, each over its own tokens (batched prefill): outs[i] (T[i], down[i].rows)
 // = down_i(silu(gate_i x) * (up_i x)) for x = xs[i] (T[i], gate[i].cols). All experts' gate
 // and up rows run in one parallel region and all down rows in a second, in tasks of a few
