@@ -128,40 +128,6 @@ void prepare_for(const cpu::Kernels& k, const QWeight& w, const float* x, cpu::P
   if (!k.prepare_special || !k.prepare_special(w, x, px)) cpu::prepare_x(w, x, 1, k.lanes, true, px);
 }
 
-// A thread that holds its next rows but waits for their input (a dependency inside a region:
-// wo's rows for the attention, down rows for an expert's h) requests those rows into its L2
-// cache meanwhile, one row (codes, scales, biases) between its checks of the input, instead of
-// only polling. MOEFLUX_WAIT_PREFETCH=0 only polls; 2 requests into L1 (A/B switches).
-int wait_prefetch() {
-  static const int mode = [] {
-    const char* e = std::getenv("MOEFLUX_WAIT_PREFETCH");
-    return e && *e ? std::clamp(std::atoi(e), 0, 2) : 1;
-  }();
-  return mode;
-}
-template <int Locality>
-void prefetch_row_lines(const QWeight& w, int64_t r) {
-  auto lines = [](const uint8_t* p, size_t n) {
-    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, Locality);
-    __builtin_prefetch(p + n - 1, 0, Locality);
-  };
-  const size_t rb = w.row_bytes();
-  lines(w.data + size_t(r) * rb, rb);
-  if (w.format == WFormat::Affine) {
-    const size_t pb = size_t(w.cols / w.group_size) * dtype_size(w.sdtype);
-    lines(w.scales + size_t(r) * pb, pb);
-    lines(w.biases + size_t(r) * pb, pb);
-  }
-}
-// One step of a wait for rows [*next, end) of w: requests row *next (and advances it) while
-// there is one and the switch is on, else one cpu_relax().
-void wait_step(const QWeight& w, int64_t* next, int64_t end) {
-  const int mode = *next < end ? wait_prefetch() : 0;
-  if (mode == 1) prefetch_row_lines<2>(w, (*next)++);
-  else if (mode == 2) prefetch_row_lines<3>(w, (*next)++);
-  else cpu_relax();
-}
-
 // Rows of n weights, weight i against its prepared x pxs[i], split over the threads in one
 // parallel region: global row r0..r1 spans the weights in order. Rows are dealt out as if
 // they cost the same (the callers pass weights of one layout and shape), in multiples of the
@@ -400,8 +366,6 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
     // the thread waits only when none is; the sum is still taken in expert order.
     const int64_t r0 = dat[size_t(b - gu_items)], r1 = dat[size_t(b - gu_items) + 1];
     uint32_t todo = n == 32 ? ~0u : (1u << n) - 1;
-    int pi = 0;  // while it waits: the expert whose rows it requests, and the next row
-    int64_t next = r0;
     while (todo) {
       bool ran = false;
       for (int i = 0; i < n; ++i)
@@ -411,9 +375,7 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
         }
       if (!ran) {
         if (failed.load(std::memory_order_acquire)) return;
-        while (pi < n && (!(todo >> pi & 1) || next == r1)) ++pi, next = r0;  // a waiting expert's rows
-        if (pi < n) wait_step(*down[pi], &next, r1);
-        else cpu_relax();
+        cpu_relax();
       }
     }
     combine_weighted(n, yp, w, out, r0, r1);
@@ -632,13 +594,11 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
       return;
     }
     // Items are handed out in order: every attention item is running or done by now.
-    const int64_t r0 = at[size_t(b - n_attn)], r1 = at[size_t(b - n_attn) + 1];
-    int64_t next = r0;  // the next of its rows to request while it waits
     while (!ready.load(std::memory_order_acquire)) {
       if (failed.load(std::memory_order_acquire)) return;
-      wait_step(wo, &next, r1);
+      cpu_relax();
     }
-    kn.matvec_rows(wo, px, out, r0, r1);
+    kn.matvec_rows(wo, px, out, at[size_t(b - n_attn)], at[size_t(b - n_attn) + 1]);
   });
 }
 
