@@ -221,7 +221,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   benchmark::RegisterBenchmark("Matvec/q4g64/expert_gate_up/scalar/threads:1", bm_matvec, keep[0].get(),
                                CpuIsa::Scalar, 1)->UseRealTime()->Unit(benchmark::kMicrosecond);
   // Batched prefill / grouped experts: one expert's gate over T tokens.
-  for (int64_t T : {1, 4, 16, 64})
+  for (int64_t T : {1, 4, 16, 32, 64, 128})
     for (int t : thread_counts)
       benchmark::RegisterBenchmark(("Matmul/q4g64/expert_gate_up/T:" + std::to_string(T) + "/threads:" + std::to_string(t)).c_str(),
                                    bm_matmul, keep[0].get(), T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);

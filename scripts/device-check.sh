@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15" ...), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ...), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -11,6 +11,11 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B "$W/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
 timeout 300 cmake --build "$W/build" -j"$(nproc)" --target moeflux >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "built $(date -u +%T)"
+# A second tree to compare against (envab's BIN=base): carry/base, a `git archive` of that commit.
+if [ -f carry/base/CMakeLists.txt ]; then
+  cmake -S carry/base -B "$W/base" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake-base.log" 2>&1 \
+    && timeout 300 cmake --build "$W/base" -j"$(nproc)" --target moeflux >"$OUT/build-base.log" 2>&1 && echo "built base $(date -u +%T)"
+fi
 # The CPU steps' pack: Qwen3-30B-A3B with CPU_LAYERS of its 48 layers (default all: issue 8 allows
 # fewer only where the model does not fit in RAM, and the whole 16 GB pack fits in this host's 128 GiB).
 CPU_LAYERS=${CPU_LAYERS:-48}
@@ -68,7 +73,7 @@ for s in ${DEVICE_STEPS:-stream}; do
       command -v perf >/dev/null || { echo "perf: not installed" | tee "$OUT/ppperf.txt"; continue; }
       timeout 150 perf record -F 999 -o $W/pp.data $mf bench -m "$p" -p 128 -n 0 -r 3 --profile 2>&1 | grep -E "pp128" | tee "$OUT/ppperf.txt"
       perf report -i $W/pp.data --stdio -s pid,symbol 2>/dev/null | grep '%' | head -80 >>"$OUT/ppperf.txt" ;;
-    envab)  # A/B of environment settings, alternating rounds (ROUNDS, default 3): VARIANTS="a=X=1 b=X=0"
+    envab)  # A/B of environment settings, alternating rounds (ROUNDS, default 3): VARIANTS="a=X=1 b=X=0"; BENCH: the bench's tests (default "-p 0 -n 32 -r 3")
       p=$(cpu_pack) mf=$W/build/src/moeflux
       read -r -a vs <<<"${VARIANTS:?set VARIANTS}"
       for round in $(seq "${ROUNDS:-3}"); do
@@ -77,12 +82,12 @@ for s in ${DEVICE_STEPS:-stream}; do
         for v in "${order[@]}"; do
           name=${v%%=*} spec=${v#*=}
           IFS=, read -r -a kv <<<"$spec"
-          e=() ta=()  # THREADS=N in a spec is bench's --threads N
+          e=() ta=() bin=$mf  # THREADS=N in a spec is bench's --threads N; BIN=base runs carry/base's build
           for x in "${kv[@]}"; do
-            if [ "${x%%=*}" = THREADS ]; then ta=(--threads "${x#THREADS=}"); elif [ -n "$x" ]; then e+=("$x"); fi
+            if [ "${x%%=*}" = THREADS ]; then ta=(--threads "${x#THREADS=}"); elif [ "$x" = BIN=base ]; then bin=$W/base/src/moeflux; elif [ -n "$x" ]; then e+=("$x"); fi
           done
           echo -n "round$round $name: " | tee -a "$OUT/envab.md"
-          timeout 90 env "${e[@]}" $mf bench -m "$p" -p 0 -n 32 -r 3 --profile "${ta[@]}" 2>&1 | grep -E "^\| (qwen|tg32)|ceilings measured" | tr '\n' ' ' | tee -a "$OUT/envab.md"
+          timeout 90 env "${e[@]}" "$bin" bench -m "$p" ${BENCH:--p 0 -n 32 -r 3} --profile "${ta[@]}" 2>&1 | grep -E "^\| (qwen|tg[0-9]+ |pp[0-9]+ )|ceilings measured" | tr '\n' ' ' | tee -a "$OUT/envab.md"
           echo | tee -a "$OUT/envab.md"
         done
       done ;;

@@ -409,6 +409,67 @@ TEST(OpsCpu, MatmulEveryFormat) {
   check_matmul(test::random_affine(513, 2048, 4, 64, DType::BF16, 10), 3);  // parallel rows
 }
 
+// A batch's x is prepared by the threads, a range of tokens each (prepare_x_layout, then
+// prepare_x_tokens), into the buffers of earlier, larger calls: the same bits on 4 threads as
+// on 1 and close to the reference, each time after an x of infinities filled the buffers (a
+// token left unprepared, or prepared twice by the wrong thread, reads infinities).
+TEST(OpsCpu, MatmulBatchPreparedByThreads) {
+  const auto wide = test::random_affine(96, 2048, 4, 64, DType::BF16, 21);  // T * cols * 8 >= 256 KiB: split
+  const auto narrow = test::random_affine(67, 192, 3, 32, DType::BF16, 23);
+  const auto xw = test::randn(size_t(64 * 2048), 22);
+  const auto xn = test::randn(size_t(17 * 192), 24);
+  const std::vector<float> inf(xw.size(), INFINITY);
+  const RefOut want_w = ref_matmul(wide.w, xw.data(), 64), want_n = ref_matmul(narrow.w, xn.data(), 17);
+  for (CpuIsa isa : test::cpu_isas_available()) {
+    ScopedCpuIsa scoped(isa);
+    std::vector<float> y1(want_w.y.size(), NAN), y4(want_w.y.size(), NAN), yn(want_n.y.size(), NAN);
+    std::vector<float> dirty(want_w.y.size());
+    set_cpu_threads(4);
+    matmul(wide.w, inf.data(), 64, dirty.data());
+    matmul(wide.w, xw.data(), 64, y4.data());
+    matmul(wide.w, inf.data(), 64, dirty.data());
+    matmul(narrow.w, xn.data(), 17, yn.data());
+    set_cpu_threads(1);
+    matmul(wide.w, xw.data(), 64, y1.data());
+    EXPECT_EQ(y1, y4) << cpu_isa_name(isa);
+    EXPECT_LE(max_scaled_err(y4, want_w), kDotTol) << cpu_isa_name(isa);
+    EXPECT_LE(max_scaled_err(yn, want_n), kDotTol) << cpu_isa_name(isa);
+  }
+  set_cpu_threads(0);
+}
+
+// matmul_multi (a layer's q / k / v over a batch): the same bits as a matmul per weight, rows
+// of all of them shared out in one region; weights of mixed layouts fall back to matmuls.
+TEST(OpsCpu, MatmulMultiIsSeparateMatmuls) {
+  const auto q = test::random_affine(256, 2048, 4, 64, DType::BF16, 31);
+  const auto k = test::random_affine(67, 2048, 4, 64, DType::BF16, 32);
+  const auto v = test::random_affine(64, 2048, 4, 64, DType::BF16, 33);
+  const auto d = test::random_dense(64, 2048, DType::BF16, 34);
+  for (const auto& set : {std::vector<const OwnedWeight*>{&q, &k, &v}, std::vector<const OwnedWeight*>{&q, &d, &v}})
+    for (int64_t T : {1, 5, 40})
+      for (int threads : {1, 3})
+        for (CpuIsa isa : test::cpu_isas_available()) {
+          ScopedCpuIsa scoped(isa);
+          set_cpu_threads(threads);
+          const auto x = test::randn(size_t(T * 2048), uint32_t(T));
+          std::vector<std::vector<float>> each, multi;
+          std::vector<const QWeight*> ws;
+          std::vector<float*> ys;
+          for (const OwnedWeight* o : set) {
+            each.emplace_back(size_t(T * o->w.rows), NAN);
+            matmul(o->w, x.data(), T, each.back().data());
+            multi.emplace_back(size_t(T * o->w.rows), NAN);
+            ws.push_back(&o->w);
+          }
+          for (auto& y : multi) ys.push_back(y.data());
+          matmul_multi(int(ws.size()), ws.data(), x.data(), T, ys.data());
+          for (size_t i = 0; i < set.size(); ++i)
+            EXPECT_EQ(multi[i], each[i]) << set[i]->name() << " T=" << T << " threads " << threads << " "
+                                         << cpu_isa_name(isa);
+        }
+  set_cpu_threads(0);
+}
+
 // matmul with x = identity returns W^T: each decoded weight, every finite fp8 byte, must
 // equal dequant_row_ref (to 1e-6: the fused q*s+b rounds once where the reference rounds twice).
 TEST(OpsCpu, MatmulIdentityDecodesEveryWeight) {

@@ -60,9 +60,9 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
       }
     });
   } else {
-    matmul(wq, x, T, qg);
-    matmul(wk, x, T, kv.k.data() + len0 * kd);
-    matmul(wv, x, T, kv.v.data() + len0 * kd);
+    const QWeight* ws[3] = {&wq, &wk, &wv};
+    float* ys[3] = {qg, kv.k.data() + len0 * kd, kv.v.data() + len0 * kd};
+    matmul_multi(3, ws, x, T, ys);
     pt.next("attn.norm+rope");
     // Token by token over the threads.
     for_tokens(T, (n_heads + n_kv_heads) * head_dim * 24, [&](int64_t t0, int64_t t1) {

@@ -42,6 +42,11 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 // decoded once for all T tokens.
 void matmul(const QWeight& w, const float* x, int64_t T, float* y);
 
+// matmul of n weights over the same x (T, cols), ys[i] (T, ws[i]->rows): x prepared once when
+// they share a layout, all their rows in one parallel region (a layer's q / k / v over a
+// batch). The same bits as n matmuls.
+void matmul_multi(int n, const QWeight* const* ws, const float* x, int64_t T, float* const* ys);
+
 // out (down.rows) = down (silu(gate x) * (up x)): one expert (or dense) SwiGLU FFN.
 // PRECOND: gate.rows == up.rows == down.cols, gate.cols == up.cols.
 void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, const float* x,

@@ -71,11 +71,17 @@ struct PreparedX {
   // xs (16 lanes, not shifted: for_each_interleaved_lanes) or the digits in the group-lane
   // order of a group_lanes weight
   bool group_lanes = false;
+  int bits = 0, lanes = 0;  // of the weight and table x was laid out for
+  int64_t group_size = 0;
   AlignedVector<int8_t> xd;
   AlignedVector<float> dx;
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
 };
 void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px);
+// prepare_x in two steps, so that threads can share a batch's tokens: the layout and buffers
+// (true when tokens need preparing), then the tokens [t0, t1).
+bool prepare_x_layout(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px);
+void prepare_x_tokens(PreparedX* px, int64_t t0, int64_t t1);
 
 // First quantisation group of chunk j (CH codes) as the chunks are walked in order, without
 // a division per chunk (affine_fast: gs divides CH or CH divides gs).

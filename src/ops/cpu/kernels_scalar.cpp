@@ -18,7 +18,7 @@ bool affine_fast(const QWeight& w, int lanes) {
   return gs % chunk == 0 || chunk % gs == 0;
 }
 
-void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px) {
+bool prepare_x_layout(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px) {
   px->T = T, px->cols = w.cols, px->x = x;
   px->interleaved = affine_fast(w, lanes);
   px->shifted = px->interleaved && shifted;
@@ -26,28 +26,42 @@ void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shif
   // Decoded rows of a group-lane weight (matmul) in the layout's own order at 16 lanes; the
   // matvec (shifted) and 8 lanes read rows converted back to natural order.
   px->group_lanes = px->interleaved && w.group_lanes && !shifted && lanes == 16;
-  if (!px->interleaved) return;
+  px->bits = w.bits, px->group_size = w.group_size, px->lanes = lanes;
+  if (!px->interleaved) return false;
   const int64_t p = 32 / w.bits, chunk = p * lanes, cols = w.cols;
   const int64_t ng = cols / w.group_size;
   px->stride = px->group_lanes ? 128 * group_lane_steps(cols, w.group_size) : (cols + chunk - 1) / chunk * chunk;
   px->gstride = (ng + 16 + 15) / 16 * 16;
-  px->xs.assign(size_t(T * px->stride), 0.0f);
-  px->gsum.assign(size_t(T * px->gstride), 0.0f);
+  // Every element is written by prepare_x_tokens (padding included).
+  if (px->xs.size() < size_t(T * px->stride)) px->xs.resize(size_t(T * px->stride));
+  if (px->gsum.size() < size_t(T * px->gstride)) px->gsum.resize(size_t(T * px->gstride));
+  return true;
+}
+
+void prepare_x_tokens(PreparedX* px, int64_t t0, int64_t t1) {
+  if (!px->interleaved) return;
+  const int64_t p = 32 / px->bits, cols = px->cols, gsz = px->group_size, ng = cols / gsz;
   float scale[16];  // per code position k: 2^-(bits*k) for in-place codes, else 1
   for (int64_t k = 0; k < p; ++k)
-    scale[k] = px->shifted && k > 0 && k < p - 1 ? std::ldexp(1.0f, -int(w.bits * k)) : 1.0f;
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xt = x + t * cols;
+    scale[k] = px->shifted && k > 0 && k < p - 1 ? std::ldexp(1.0f, -int(px->bits * k)) : 1.0f;
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* xt = px->x + t * cols;
     float* xs = px->xs.data() + t * px->stride;
-    if (px->group_lanes) for_each_interleaved_lanes(cols, w.group_size, [&](int64_t c, int64_t i, int64_t) { xs[i] = xt[c]; });
-    else for_each_interleaved(cols, p, lanes, [&](int64_t c, int64_t i, int64_t k) { xs[i] = xt[c] * scale[k]; });
+    std::fill(xs, xs + px->stride, 0.0f);  // the padding: zeros, as prepare_x always left it
+    if (px->group_lanes) for_each_interleaved_lanes(cols, gsz, [&](int64_t c, int64_t i, int64_t) { xs[i] = xt[c]; });
+    else for_each_interleaved(cols, p, px->lanes, [&](int64_t c, int64_t i, int64_t k) { xs[i] = xt[c] * scale[k]; });
     float* gs = px->gsum.data() + t * px->gstride;
+    std::fill(gs, gs + px->gstride, 0.0f);
     for (int64_t g = 0; g < ng; ++g) {
       float s = 0.0f;
-      for (int64_t c = g * w.group_size; c < (g + 1) * w.group_size; ++c) s += xt[c];
+      for (int64_t c = g * gsz; c < (g + 1) * gsz; ++c) s += xt[c];
       gs[g] = s;
     }
   }
+}
+
+void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px) {
+  if (prepare_x_layout(w, x, T, lanes, shifted, px)) prepare_x_tokens(px, 0, T);
 }
 
 float* scratch(int slot, size_t n) {
