@@ -143,30 +143,40 @@ void prepare_batch(const cpu::Kernels& k, const QWeight& w, const float* x, int6
 // (each weight's rows a multiple of align), on the thread that finishes the block's last rows:
 // chunks need not be whole blocks, so that few large blocks (a head's 128 rows) do not leave
 // threads idle at the end of the region.
-void rows_region(const cpu::Kernels& k, int n, const QWeight* const* ws, const cpu::PreparedX* const* pxs,
-                 float* const* ys, int64_t align = 1,
-                 const std::function<void(int, int64_t, int64_t)>* then = nullptr) {
+int64_t total_rows(int n, const QWeight* const* ws) {
   int64_t rows = 0;
   for (int i = 0; i < n; ++i) rows += ws[i]->rows;
-  // Rows computed so far per block of align global rows (blocks never straddle two weights).
-  std::vector<std::atomic<int32_t>> done(then && align > 1 ? size_t(rows / align) : 0);
-  for_rows(rows, int64_t(ws[0]->row_bytes()), 4, [&](int64_t r0, int64_t r1) {
+  return rows;
+}
+
+// The rows of n weights as one range in weight order, split over the threads in one parallel
+// region (for_rows, rows of row_work each, multiples of 4): fn(i, lo, hi, base) on rows
+// [lo, hi) of weight i, whose first row is global row base.
+template <typename F>
+void for_weight_rows(int n, const QWeight* const* ws, int64_t row_work, F&& fn) {
+  for_rows(total_rows(n, ws), row_work, 4, [&](int64_t r0, int64_t r1) {
     int64_t base = 0;
     for (int i = 0; i < n && base < r1; base += ws[i]->rows, ++i) {
       const int64_t lo = std::max(r0, base), hi = std::min(r1, base + ws[i]->rows);
-      if (lo >= hi) continue;
-      k.matvec_rows(*ws[i], *pxs[i], ys[i], lo - base, hi - base);
-      if (!then) continue;
-      if (done.empty()) {
-        (*then)(i, lo - base, hi - base);
-        continue;
-      }
-      // acq_rel: the thread that completes a block sees the other threads' rows of it.
-      for (int64_t b = lo / align; b * align < hi; ++b) {
-        const int32_t part = int32_t(std::min(hi, (b + 1) * align) - std::max(lo, b * align));
-        if (done[size_t(b)].fetch_add(part, std::memory_order_acq_rel) + part == align)
-          (*then)(i, b * align - base, (b + 1) * align - base);
-      }
+      if (lo < hi) fn(i, lo - base, hi - base, base);
+    }
+  });
+}
+
+void rows_region(const cpu::Kernels& k, int n, const QWeight* const* ws, const cpu::PreparedX* const* pxs,
+                 float* const* ys, int64_t align = 1,
+                 const std::function<void(int, int64_t, int64_t)>* then = nullptr) {
+  // Rows computed so far per block of align global rows (blocks never straddle two weights).
+  std::vector<std::atomic<int32_t>> done(then && align > 1 ? size_t(total_rows(n, ws) / align) : 0);
+  for_weight_rows(n, ws, int64_t(ws[0]->row_bytes()), [&](int i, int64_t lo, int64_t hi, int64_t base) {
+    k.matvec_rows(*ws[i], *pxs[i], ys[i], lo, hi);
+    if (!then) return;
+    if (done.empty()) return (*then)(i, lo, hi);
+    // acq_rel: the thread that completes a block sees the other threads' rows of it.
+    for (int64_t b = (base + lo) / align; b * align < base + hi; ++b) {
+      const int32_t part = int32_t(std::min(base + hi, (b + 1) * align) - std::max(base + lo, b * align));
+      if (done[size_t(b)].fetch_add(part, std::memory_order_acq_rel) + part == align)
+        (*then)(i, b * align - base, (b + 1) * align - base);
     }
   });
 }
@@ -392,13 +402,8 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
   if (T == 1) return matvec(w, x, y);
-  const cpu::Kernels& k = kernels();
-  cpu::PreparedX& px = prepared_x();
-  prepare_batch(k, w, x, T, &px);
-  // Decoding a row costs about as much as 4 tokens' dots over it.
-  const int64_t row_work = int64_t(w.row_bytes()) + T * w.cols;
-  for_rows(w.rows, row_work, 4,
-           [&](int64_t r0, int64_t r1) { k.matmul_rows(w, px, y, w.rows, r0, r1); });
+  const QWeight* ws[1] = {&w};
+  matmul_multi(1, ws, x, T, &y);
 }
 
 void matmul_multi(int n, const QWeight* const* ws, const float* x, int64_t T, float* const* ys) {
@@ -412,14 +417,10 @@ void matmul_multi(int n, const QWeight* const* ws, const float* x, int64_t T, fl
   const cpu::Kernels& k = kernels();
   cpu::PreparedX& px = prepared_x();
   prepare_batch(k, *ws[0], x, T, &px);
-  int64_t rows = 0;
-  for (int i = 0; i < n; ++i) rows += ws[i]->rows;
-  for_rows(rows, int64_t(ws[0]->row_bytes()) + T * ws[0]->cols, 4, [&](int64_t r0, int64_t r1) {
-    int64_t base = 0;
-    for (int i = 0; i < n && base < r1; base += ws[i]->rows, ++i) {
-      const int64_t lo = std::max(r0, base), hi = std::min(r1, base + ws[i]->rows);
-      if (lo < hi) k.matmul_rows(*ws[i], px, ys[i], ws[i]->rows, lo - base, hi - base);
-    }
+  // Decoding a row costs about as much as 4 tokens' dots over it.
+  const int64_t row_work = int64_t(ws[0]->row_bytes()) + T * ws[0]->cols;
+  for_weight_rows(n, ws, row_work, [&](int i, int64_t lo, int64_t hi, int64_t) {
+    k.matmul_rows(*ws[i], px, ys[i], ws[i]->rows, lo, hi);
   });
 }
 
