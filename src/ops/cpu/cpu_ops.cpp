@@ -401,8 +401,7 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
 }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
-  if (T == 1) return matvec(w, x, y);
-  const QWeight* ws[1] = {&w};
+  const QWeight* ws[1] = {&w};  // T == 1: matmul_multi runs the matvec
   matmul_multi(1, ws, x, T, &y);
 }
 
