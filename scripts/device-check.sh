@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ...), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ...), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -87,10 +87,27 @@ for s in ${DEVICE_STEPS:-stream}; do
             if [ "${x%%=*}" = THREADS ]; then ta=(--threads "${x#THREADS=}"); elif [ "$x" = BIN=base ]; then bin=$W/base/src/moeflux; elif [ -n "$x" ]; then e+=("$x"); fi
           done
           echo -n "round$round $name: " | tee -a "$OUT/envab.md"
+          s0=$(head -1 /proc/stat)
           timeout 90 env "${e[@]}" "$bin" bench -m "$p" ${BENCH:--p 0 -n 32 -r 3} --profile "${ta[@]}" 2>&1 | grep -E "^\| (qwen|tg[0-9]+ |pp[0-9]+ )|ceilings measured" | tr '\n' ' ' | tee -a "$OUT/envab.md"
+          # The share of the guest's CPU time the host took (steal), over the whole bench run.
+          echo "$s0" "$(head -1 /proc/stat)" | awk '{t0=0; for(i=2;i<=11;i++) t0+=$i; t1=0; for(i=13;i<=22;i++) t1+=$i; printf "steal %.1f%%", 100*($20-$9)/(t1-t0)}' | tee -a "$OUT/envab.md"
           echo | tee -a "$OUT/envab.md"
         done
       done ;;
+    ladder)  # where the decode's read rate goes: a bare loop with the kernel's vector work, the engine's kernel on
+      # per-thread slices, in chunks, in one region, in decode-sized regions (docs/measurements/*-probe-2026-12-04.cpp.txt)
+      cp docs/measurements/stream-compute-probe-2026-12-04.cpp.txt "$W/scprobe.cpp"
+      cp docs/measurements/kernel-ladder-probe-2026-12-04.cpp.txt "$W/ladder.cpp"
+      g++ -O2 -std=c++20 -mavx512f -mavx512bw -mavx512vnni "$W/scprobe.cpp" -lpthread -o "$W/scprobe" || exit 1
+      g++ -O2 -std=c++20 -Isrc "$W/ladder.cpp" "$W/build/src/libmoeflux_core.a" -lpthread -lz -o "$W/ladder" || exit 1
+      timeout 120 "$W/scprobe" "${THREADS:-16}" | grep -v "round 0" | tee -a "$OUT/ladder.md"
+      for round in 1 2; do
+        for m in loop slices "chunks 64" "chunks 256" region decode; do timeout 60 "$W/ladder" "${THREADS:-16}" $m | tee -a "$OUT/ladder.md"; done
+        for m in slices region decode; do echo -n "spread off: " | tee -a "$OUT/ladder.md"; MOEFLUX_MATVEC_SPREAD=0 timeout 60 "$W/ladder" "${THREADS:-16}" $m | tee -a "$OUT/ladder.md"; done
+      done ;;
+    cpuinfo)  # the CPU as this guest sees it: lscpu, SMT siblings, the flags the pool's spin styles need
+      { lscpu; for c in /sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list; do echo "$c: $(cat "$c")"; done
+        echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(waitpkg|hypervisor|avx512_vnni|amx_int8)$' | tr '\n' ' ')"; } | tee "$OUT/cpuinfo.md" ;;
     thp)  # transparent huge pages: the host's settings and a resident bench's share of 2 MiB pages
       p=$(cpu_pack)
       for f in enabled defrag; do echo "thp $f: $(cat /sys/kernel/mm/transparent_hugepage/$f)"; done | tee -a "$OUT/thp.md"
