@@ -102,7 +102,8 @@ for s in ${DEVICE_STEPS:-stream}; do
       g++ -O2 -std=c++20 -Isrc "$W/ladder.cpp" "$W/build/src/libmoeflux_core.a" -lpthread -lz -o "$W/ladder" || exit 1
       timeout 120 "$W/scprobe" "${THREADS:-16}" | grep -v "round 0" | tee -a "$OUT/ladder.md"
       for round in 1 2; do
-        for m in loop slices "chunks 64" "chunks 256" region decode; do timeout 60 "$W/ladder" "${THREADS:-16}" $m | tee -a "$OUT/ladder.md"; done
+        for m in loop slices "chunks 64" "chunks 256" region decode hot; do timeout 60 "$W/ladder" "${THREADS:-16}" $m | tee -a "$OUT/ladder.md"; done
+        for m in loop slices hot; do timeout 60 "$W/ladder" 1 $m | tee -a "$OUT/ladder.md"; done
         for m in slices region decode; do echo -n "spread off: " | tee -a "$OUT/ladder.md"; MOEFLUX_MATVEC_SPREAD=0 timeout 60 "$W/ladder" "${THREADS:-16}" $m | tee -a "$OUT/ladder.md"; done
       done ;;
     cpuinfo)  # the CPU as this guest sees it: lscpu, SMT siblings, the flags the pool's spin styles need
