@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ...), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -11,11 +11,14 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B "$W/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
 timeout 300 cmake --build "$W/build" -j"$(nproc)" --target moeflux >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "built $(date -u +%T)"
-# A second tree to compare against (envab's BIN=base): carry/base, a `git archive` of that commit.
-if [ -f carry/base/CMakeLists.txt ]; then
-  cmake -S carry/base -B "$W/base" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake-base.log" 2>&1 \
-    && timeout 300 cmake --build "$W/base" -j"$(nproc)" --target moeflux >"$OUT/build-base.log" 2>&1 && echo "built base $(date -u +%T)"
-fi
+# Other trees to compare against (envab's BIN=NAME): carry/NAME, each a `git archive` of a commit
+# (CMakeLists.txt and src suffice), perhaps with a patch applied.
+for t in carry/*/; do
+  n=$(basename "$t")
+  [ -f "$t/CMakeLists.txt" ] || continue
+  cmake -S "$t" -B "$W/tree-$n" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake-$n.log" 2>&1 \
+    && timeout 300 cmake --build "$W/tree-$n" -j"$(nproc)" --target moeflux >"$OUT/build-$n.log" 2>&1 && echo "built $n $(date -u +%T)"
+done
 # The CPU steps' pack: Qwen3-30B-A3B with CPU_LAYERS of its 48 layers (default all: issue 8 allows
 # fewer only where the model does not fit in RAM, and the whole 16 GB pack fits in this host's 128 GiB).
 CPU_LAYERS=${CPU_LAYERS:-48}
@@ -82,9 +85,9 @@ for s in ${DEVICE_STEPS:-stream}; do
         for v in "${order[@]}"; do
           name=${v%%=*} spec=${v#*=}
           IFS=, read -r -a kv <<<"$spec"
-          e=() ta=() bin=$mf  # THREADS=N in a spec is bench's --threads N; BIN=base runs carry/base's build
+          e=() ta=() bin=$mf  # THREADS=N in a spec is bench's --threads N; BIN=NAME runs carry/NAME's build
           for x in "${kv[@]}"; do
-            if [ "${x%%=*}" = THREADS ]; then ta=(--threads "${x#THREADS=}"); elif [ "$x" = BIN=base ]; then bin=$W/base/src/moeflux; elif [ -n "$x" ]; then e+=("$x"); fi
+            if [ "${x%%=*}" = THREADS ]; then ta=(--threads "${x#THREADS=}"); elif [ "${x%%=*}" = BIN ]; then bin=$W/tree-${x#BIN=}/src/moeflux; elif [ -n "$x" ]; then e+=("$x"); fi
           done
           echo -n "round$round $name: " | tee -a "$OUT/envab.md"
           s0=$(head -1 /proc/stat)
