@@ -24,7 +24,11 @@ done
 CPU_LAYERS=${CPU_LAYERS:-48}
 cpu_pack() {
   local p=$W/qwen3-30b-a3b-l$CPU_LAYERS
-  [ -f "$p/manifest.json" ] || timeout 420 $W/build/src/moeflux synth --preset qwen3-30b-a3b --layers "$CPU_LAYERS" --format pack --out "$p" >/dev/null 2>&1
+  if [ ! -f "$p/manifest.json" ]; then
+    local t0=$SECONDS
+    timeout 420 $W/build/src/moeflux synth --preset qwen3-30b-a3b --layers "$CPU_LAYERS" --format pack --out "$p" >/dev/null 2>&1
+    echo "synth of $CPU_LAYERS layers: $((SECONDS - t0)) s" >&2
+  fi
   echo "$p"
 }
 for s in ${DEVICE_STEPS:-stream}; do

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "core/thread_pool.h"
 
 namespace moeflux {
 
@@ -22,14 +22,15 @@ std::string Target::describe() const {
 }
 
 void parallel_rows(int64_t rows, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& fn) {
-  if (rows < 2 || rows * work_per_row < (int64_t(1) << 16)) {
+  constexpr int64_t kMinWork = int64_t(1) << 16;  // elements of work per chunk at least
+  if (rows < 2 || rows * work_per_row < kMinWork) {
     fn(0, rows);
     return;
   }
-  const int64_t half = rows / 2;
-  std::thread t([&] { fn(half, rows); });
-  fn(0, half);
-  t.join();
+  // About four chunks per thread of the CPU pool (one thread per physical core).
+  ThreadPool& pool = cpu_thread_pool();
+  const int64_t grain = std::max((kMinWork + work_per_row - 1) / work_per_row, (rows + 4 * pool.size() - 1) / (4 * pool.size()));
+  pool.parallel_for(rows, grain, fn);
 }
 
 uint8_t f32_to_f8e4m3(float x) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 
+#include "convert/encode.h"
 #include "convert/progress.h"
 #include "core/error.h"
 #include "format/config.h"
@@ -54,6 +55,12 @@ void fill(const SrcTensor& t, uint64_t seed, uint64_t i0, uint64_t n, uint8_t* o
   }
 }
 
+// fill over the CPU threads: the elements are independent, so the bytes are the same.
+void fill_parallel(const SrcTensor& t, uint64_t seed, uint64_t i0, uint64_t n, uint8_t* out) {
+  const uint64_t es = dtype_size(t.dtype);
+  parallel_rows(int64_t(n), 1, [&](int64_t a, int64_t b) { fill(t, seed, i0 + uint64_t(a), uint64_t(b - a), out + uint64_t(a) * es); });
+}
+
 class SynthSource : public ConvertSource {
  public:
   explicit SynthSource(const SynthOptions& o) : seed_(o.seed) {
@@ -67,12 +74,12 @@ class SynthSource : public ConvertSource {
   const std::vector<SrcTensor>& tensors() const override { return tensors_; }
   const uint8_t* acquire(const std::string& name) override {
     auto& buf = live_[name];
-    if (buf.empty()) {
+    if (!buf) {
       const SrcTensor& t = *by_name_.at(name);
-      buf.resize(t.nbytes);
-      fill(t, seed_, 0, t.nbytes / dtype_size(t.dtype), buf.data());
+      buf = std::make_unique_for_overwrite<uint8_t[]>(t.nbytes);  // every byte is filled
+      fill_parallel(t, seed_, 0, t.nbytes / dtype_size(t.dtype), buf.get());
     }
-    return buf.data();
+    return buf.get();
   }
   void release(const std::string& name) override { live_.erase(name); }
   bool file_backed() const override { return false; }
@@ -82,7 +89,7 @@ class SynthSource : public ConvertSource {
   ModelConfig cfg_;
   std::vector<SrcTensor> tensors_;
   std::map<std::string, const SrcTensor*> by_name_;
-  std::map<std::string, std::vector<uint8_t>> live_;
+  std::map<std::string, std::unique_ptr<uint8_t[]>> live_;
 };
 
 void write_all(int fd, const void* p, size_t n, const std::string& path) {
@@ -146,7 +153,7 @@ uint64_t write_synth_hf(const SynthOptions& o, const std::string& dir, bool quie
       for (uint64_t i = 0; i < n; i += kChunk) {
         const uint64_t k = std::min(kChunk, n - i);
         buf.resize(k * es);
-        fill(*t, o.seed, i, k, buf.data());
+        fill_parallel(*t, o.seed, i, k, buf.data());
         write_all(fd, buf.data(), buf.size(), path);
         progress.add(buf.size());
       }

@@ -9,11 +9,13 @@
 #include <filesystem>
 
 #include "convert/encode.h"
+#include "core/thread_pool.h"
 #include "engine/session.h"
 #include "format/pack_store.h"
 #include "model/model.h"
 #include "model/weight_loader.h"
 #include "pack/pack_test_util.h"
+#include "util/random_weights.h"
 
 namespace moeflux {
 namespace {
@@ -111,6 +113,37 @@ INSTANTIATE_TEST_SUITE_P(
         if (!isalnum(static_cast<unsigned char>(c))) c = '_';
       return n;
     });
+
+// Conversion splits a weight's rows over the CPU pool: the bytes of every output part are the
+// same on one thread and on three (1000 rows of 256 bf16 columns: several chunks of rows), and
+// the affine parts are the reference quantisation of every row.
+TEST(EncodeLinear, SameBytesOnAnyThreadCount) {
+  const test::OwnedWeight src = test::random_dense(1000, 256, DType::BF16, 11);
+  const Target targets[] = {{Target::Kind::Affine, 4, 64}, {Target::Kind::Affine, 8, 32}, {Target::Kind::Fp8, 0, 64}};
+  for (const Target& t : targets) {
+    set_cpu_threads(1);
+    const std::vector<OutPart> one = encode_linear(src.w, t);
+    set_cpu_threads(3);
+    const std::vector<OutPart> three = encode_linear(src.w, t);
+    set_cpu_threads(0);
+    ASSERT_EQ(one.size(), three.size()) << t.describe();
+    for (size_t i = 0; i < one.size(); ++i) {
+      ASSERT_EQ(one[i].nbytes, three[i].nbytes) << t.describe() << one[i].suffix;
+      EXPECT_EQ(0, std::memcmp(one[i].data, three[i].data, one[i].nbytes)) << t.describe() << one[i].suffix;
+    }
+    if (t.kind != Target::Kind::Affine) continue;
+    const int64_t ng = 256 / t.group_size, words = 256 * t.bits / 32;
+    std::vector<float> row(256);
+    std::vector<uint32_t> q(static_cast<size_t>(words));
+    std::vector<uint16_t> sc(static_cast<size_t>(ng)), bi(static_cast<size_t>(ng));
+    for (int64_t r = 0; r < 1000; ++r) {
+      dequant_row_ref(src.w, r, row.data());
+      quantize_row_affine_ref(row.data(), 256, t.bits, t.group_size, q.data(), sc.data(), bi.data());
+      ASSERT_EQ(0, std::memcmp(q.data(), three[0].data + r * words * 4, size_t(words) * 4)) << t.describe() << " row " << r;
+      ASSERT_EQ(0, std::memcmp(sc.data(), three[1].data + r * ng * 2, size_t(ng) * 2)) << t.describe() << " row " << r;
+    }
+  }
+}
 
 // Every finite e4m3 value encodes back to itself; values between round to the nearest.
 TEST(Fp8Encode, RoundTripsAndRounds) {
