@@ -1,6 +1,6 @@
 // Re-encoding one weight matrix for a pack: keep the source bytes, or dequantise rows with
 // the reference ops and encode them as bf16, affine q2..q8 (quantize_row_affine_ref) or FP8
-// e4m3 with 128x128 block scales. Rows are split over two threads (the machine's cores).
+// e4m3 with 128x128 block scales. Rows are split over the CPU pool (parallel_rows).
 #pragma once
 #include <cstdint>
 #include <functional>
