@@ -175,8 +175,8 @@ void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
   __m512 start[R];
   const uint32_t* q[R];
   const int64_t sn = start_rows<S, R>(w, r, stride, px.gsum.data(), px.dx.data(), sb, start, q);
-  // The chunks' sums start from zero and take the bias terms (start) at the end: started from
-  // start_rows' output, GCC kept them on the stack, a store and a load per chunk in the chain
+  // The chunks' sums start from zero and take the bias terms (start) at the end. Begun from
+  // start_rows' output, GCC kept them on the stack: a store and a load per chunk in the chain
   // of FMAs.
   __m512 acc[R];
 #pragma GCC unroll 4
