@@ -194,9 +194,9 @@ inline __m512 code_shifted(__m512i v) {
 // streams of codes keep more DRAM lines in flight than one, and each x vector load serves R
 // rows (R = 4 is 10-25% faster from DRAM on the dev Zen 5, slower on the Xeon:
 // matvec_row_streams()). Per row: the scales go to its sb slice (padded with zeros for the
-// permute), the bias terms sum_g bias_g * gsum_g are accumulated, then the codes are dotted
-// chunk by chunk, each chunk's sum scaled by its lanes' group scales. The arithmetic of each
-// row is the same for every R.
+// permute) and the bias terms sum_g bias_g * gsum_g are summed aside; the codes are dotted
+// chunk by chunk, each chunk's sum scaled by its lanes' group scales, and the bias terms are
+// added last. The arithmetic of each row is the same for every R.
 template <int BITS, DType S, int R>
 void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, int64_t stride, float* sb,
                        __m512i lg) {

@@ -163,9 +163,9 @@ inline __m512i chunk_sum(__m512i v, const __m512i* d) {
 }
 
 // Rows r + i * stride (i < R) of y = W x, read side by side as the float kernel does
-// (kernels_avx512.cpp): per row, the group scales times x's steps go to its sb slice, the bias
-// terms are accumulated, then each chunk's integer lane sums are converted and scaled by their
-// lanes' sb. The arithmetic of each row is the same for every R.
+// (kernels_avx512.cpp): per row, the group scales times x's steps go to its sb slice and the
+// bias terms are summed aside; each chunk's integer lane sums are converted and scaled by their
+// lanes' sb, and the bias terms are added last. The arithmetic of each row is the same for every R.
 template <int BITS, DType S, int R>
 void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r, int64_t stride, float* sb,
                       __m512i lg) {
