@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
-#include "core/thread_pool.h"
+#include "ops/cpu/cpu_ops.h"
 
 namespace moeflux {
 
@@ -22,15 +22,9 @@ std::string Target::describe() const {
 }
 
 void parallel_rows(int64_t rows, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& fn) {
-  constexpr int64_t kMinWork = int64_t(1) << 16;  // elements of work per chunk at least
-  if (rows < 2 || rows * work_per_row < kMinWork) {
-    fn(0, rows);
-    return;
-  }
-  // About four chunks per thread of the CPU pool (one thread per physical core).
-  ThreadPool& pool = cpu_thread_pool();
-  const int64_t grain = std::max((kMinWork + work_per_row - 1) / work_per_row, (rows + 4 * pool.size() - 1) / (4 * pool.size()));
-  pool.parallel_for(rows, grain, fn);
+  // The ops' own split (guided chunks on the CPU pool, inline below 256 KiB of work), an element
+  // of work counted as the 4 bytes of its f32.
+  for_tokens(rows, work_per_row * int64_t(sizeof(float)), fn);
 }
 
 uint8_t f32_to_f8e4m3(float x) {

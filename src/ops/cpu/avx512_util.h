@@ -151,10 +151,11 @@ inline __m512 row_scales_bias(const QWeight& w, int64_t r, int64_t sbytes, const
 // The start of a block of R affine rows r + i * stride: the scales and biases of the rows
 // kParamsAhead further on in each row's stream prefetched (+5-11% decode on the dev VM,
 // kernels.h), then per row its scales (times dx) into sb at i * sn, its bias terms into
-// acc[i] and its codes' address into q[i]. Returns sn, the floats of sb per row.
+// bias[i] (unreduced lanes; the callers add them after the codes' sums, which then stay in
+// registers) and its codes' address into q[i]. Returns sn, the floats of sb per row.
 template <DType S, int R>
 inline int64_t start_rows(const QWeight& w, int64_t r, int64_t stride, const float* gsum, const float* dx, float* sb,
-                          __m512* acc, const uint32_t** q) {
+                          __m512* bias, const uint32_t** q) {
   const int64_t ng = w.cols / w.group_size, sn = ng + 2 * L, words = w.cols * w.bits / 32;
   const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
   if (stride == 1) prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
@@ -162,7 +163,7 @@ inline int64_t start_rows(const QWeight& w, int64_t r, int64_t stride, const flo
     for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + kParamsAhead, 1, size_t(sbytes));
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
-    acc[i] = row_scales_bias<S>(w, r + i * stride, sbytes, gsum, dx, sb + i * sn);
+    bias[i] = row_scales_bias<S>(w, r + i * stride, sbytes, gsum, dx, sb + i * sn);
     q[i] = reinterpret_cast<const uint32_t*>(w.data) + (r + i * stride) * words;
   }
   return sn;

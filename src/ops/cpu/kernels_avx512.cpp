@@ -203,9 +203,9 @@ void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t 
   constexpr int P = 32 / BITS, CH = P * L;
   const int64_t words = w.cols / P;
   const float* xs = px.xs.data();
-  __m512 start[R], acc[R];
+  __m512 bias[R], acc[R];
   const uint32_t* q[R];
-  const int64_t sn = start_rows<S, R>(w, r, stride, px.gsum.data(), nullptr, sb, start, q);
+  const int64_t sn = start_rows<S, R>(w, r, stride, px.gsum.data(), nullptr, sb, bias, q);
   // The chunks' sums start from zero and take the bias terms at the end (as the VNNI kernel's):
   // begun from start_rows' output, they lived on the stack.
 #pragma GCC unroll 4
@@ -239,7 +239,7 @@ void affine_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t 
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) y[r + i * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], start[i]));  // one reduction per row
+  for (int i = 0; i < R; ++i) y[r + i * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], bias[i]));  // one reduction per row
 }
 
 // Row r decoded (w = q * s + b) in the lane-interleaved order of the prepared x.

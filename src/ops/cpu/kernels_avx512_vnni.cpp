@@ -172,10 +172,10 @@ void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
   constexpr int P = 32 / BITS, CH = P * L, ND = BITS == 4 ? 6 : 3;
   constexpr int64_t CD = kChunkDigits<BITS>;
   const int64_t words = w.cols / P;
-  __m512 start[R];
+  __m512 bias[R];
   const uint32_t* q[R];
-  const int64_t sn = start_rows<S, R>(w, r, stride, px.gsum.data(), px.dx.data(), sb, start, q);
-  // The chunks' sums start from zero and take the bias terms (start) at the end. Begun from
+  const int64_t sn = start_rows<S, R>(w, r, stride, px.gsum.data(), px.dx.data(), sb, bias, q);
+  // The chunks' sums start from zero and take the bias terms at the end. Begun from
   // start_rows' output, GCC kept them on the stack: a store and a load per chunk in the chain
   // of FMAs.
   __m512 acc[R];
@@ -204,7 +204,7 @@ void digit_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
   for (; wi + L <= words; wi += L, ++j, gc.next()) chunk.template operator()<false>(wi, j, gc.g);
   if (wi < words) chunk.template operator()<true>(wi, j, gc.g);
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) y[r + i * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], start[i]));  // one reduction per row
+  for (int i = 0; i < R; ++i) y[r + i * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], bias[i]));  // one reduction per row
 }
 
 // acc += the lane dots of u (unsigned bytes) and d (signed bytes), in place: vpdpbusd through
