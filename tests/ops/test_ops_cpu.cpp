@@ -30,17 +30,25 @@ using test::OwnedWeight;
 // sum_c |w_rc x_c| (the magnitude its rounding errors scale with; worst case cols * 2^-24).
 constexpr double kDotTol = 1e-5;
 
-// Weights the Avx512Vnni level runs with x in int8 digits (kernels_avx512_vnni.cpp).
-bool takes_digits(const QWeight& w) {
-  if (w.format != WFormat::Affine || (w.bits != 4 && w.bits != 8)) return false;
-  const int64_t gs = w.group_size, chunk = w.bits == 4 ? 128 : 64;
-  return gs % 32 == 0 && w.cols % gs == 0 && (chunk % gs == 0 || gs % chunk == 0);
+// Where the level `isa` runs w's matvec with x in integers per quantisation group
+// (Avx512Vnni: int8 digits, kernels_avx512_vnni.cpp; Avx2: int16 and an int8 rest,
+// kernels_avx2_int.cpp): the bound on |x - its integer form| as a fraction of the group's largest
+// |x| (0.75 of a step: 0.5 for the rounding, the rest for the float product it is rounded from).
+// 0 where x stays f32.
+double int_x_error(CpuIsa isa, const QWeight& w) {
+  if (w.format != WFormat::Affine || (w.bits != 4 && w.bits != 8)) return 0;
+  const int64_t gs = w.group_size;
+  if (isa == CpuIsa::Avx512Vnni) {
+    const int64_t chunk = w.bits == 4 ? 128 : 64;
+    const bool takes = gs % 32 == 0 && w.cols % gs == 0 && (chunk % gs == 0 || gs % chunk == 0);
+    return takes ? 0.75 / cpu::digit_qmax(w.bits) : 0;
+  }
+  if (isa == CpuIsa::Avx2) return gs % (256 / w.bits) == 0 && w.cols % gs == 0 ? cpu::kWordXError : 0;
+  return 0;
 }
 
-// Bound on the digit path's error per output: sum_c |w_c - b_g(c)| * 0.75 dx_g, where
-// dx_g = max|x| over c's group / digit_qmax(bits) (x is rounded to a multiple of dx_g; 0.5 of it
-// for the rounding, the rest for the float product x * (1 / dx_g) it is rounded from).
-std::vector<double> digits_bound(const QWeight& w, const float* x) {
+// Bound on the integer path's error per output: sum_c |w_c - b_g(c)| * err * max|x| over c's group.
+std::vector<double> int_x_bound(const QWeight& w, const float* x, double err_frac) {
   std::vector<double> bound(static_cast<size_t>(w.rows), 0.0);
   std::vector<float> row(static_cast<size_t>(w.cols));
   std::vector<double> err(static_cast<size_t>(w.cols));
@@ -48,7 +56,7 @@ std::vector<double> digits_bound(const QWeight& w, const float* x) {
   for (int64_t g = 0; g < ng; ++g) {
     float m = 0;
     for (int64_t c = g * gs; c < (g + 1) * gs; ++c) m = std::max(m, std::fabs(x[c]));
-    for (int64_t c = g * gs; c < (g + 1) * gs; ++c) err[size_t(c)] = 0.75 * double(m) / cpu::digit_qmax(w.bits);
+    for (int64_t c = g * gs; c < (g + 1) * gs; ++c) err[size_t(c)] = err_frac * double(m);
   }
   for (int64_t r = 0; r < w.rows; ++r) {
     dequant_row_ref(w, r, row.data());
@@ -87,12 +95,12 @@ double max_scaled_err(const std::vector<float>& y, const RefOut& ref) {
   return e;
 }
 
-// y from the level `isa` vs the reference: within the digit bound where that path runs,
+// y from the level `isa` vs the reference: within the integer bound where that path runs,
 // else within float rounding.
 void expect_matvec_close(const OwnedWeight& o, const float* x, const RefOut& want, const std::vector<float>& y,
                          CpuIsa isa) {
-  if (isa == CpuIsa::Avx512Vnni && takes_digits(o.w)) {
-    const auto bound = digits_bound(o.w, x);
+  if (const double frac = int_x_error(isa, o.w)) {
+    const auto bound = int_x_bound(o.w, x, frac);
     int bad = 0;
     for (size_t r = 0; r < y.size(); ++r)
       bad += !(std::fabs(double(y[r]) - want.y[r]) <= 1.001 * bound[r] + kDotTol * want.mag[r]);
@@ -234,6 +242,22 @@ TEST(OpsCpu, DigitXErrorAtExpertShape) {
   const double e = test::rel_l2(y, want);
   RecordProperty("digit_x_rel_l2", std::to_string(e));
   std::printf("digit-x matvec rel_l2 vs reference at 768x2048 q4g64: %.3g (NMSE %.3g)\n", e, e * e);
+  EXPECT_LE(e, kDotTol);
+}
+
+// The Avx2 integer path's error (x as int16 and an int8 rest, within 2^-21 of each group's
+// largest |x|) at the same shape: at f32 rounding level, as the VNNI digits'.
+TEST(OpsCpu, WordXErrorAtExpertShape) {
+  if (cpu_isa_detected() < CpuIsa::Avx2) GTEST_SKIP() << "no AVX2";
+  const auto o = test::random_affine(768, 2048, 4, 64, DType::BF16, 21);
+  const auto x = test::randn(2048, 22);
+  std::vector<float> want(768), y(768);
+  matvec_ref(o.w, x.data(), want.data());
+  ScopedCpuIsa scoped(CpuIsa::Avx2);
+  matvec(o.w, x.data(), y.data());
+  const double e = test::rel_l2(y, want);
+  RecordProperty("word_x_rel_l2", std::to_string(e));
+  std::printf("int16+int8-x matvec rel_l2 vs reference at 768x2048 q4g64: %.3g (NMSE %.3g)\n", e, e * e);
   EXPECT_LE(e, kDotTol);
 }
 
@@ -388,7 +412,7 @@ void check_matmul(const OwnedWeight& o, int64_t T) {
   const RefOut want = ref_matmul(o.w, x.data(), T);
   for (CpuIsa isa : test::cpu_isas_available()) {
     ScopedCpuIsa scoped(isa);
-    if (T == 1 && isa == CpuIsa::Avx512Vnni && takes_digits(o.w)) continue;  // matvec: x in digits
+    if (T == 1 && int_x_error(isa, o.w)) continue;  // matvec: x in integers
     std::vector<float> y(want.y.size(), NAN);
     matmul(o.w, x.data(), T, y.data());
     EXPECT_LE(max_scaled_err(y, want), kDotTol) << o.name() << " T=" << T << " isa " << cpu_isa_name(isa);

@@ -53,6 +53,9 @@ inline void for_each_interleaved_lanes(int64_t cols, int64_t group_size, F&& fn)
 // The integer path's largest |q| for codes of `bits`: three balanced base-256 int8 digits hold
 // about 24 bits; 8-bit codes keep 22, so that 4 codes < 256 times q stay inside int32.
 constexpr int32_t digit_qmax(int bits) { return bits == 4 ? 127 << 16 : (1 << 21) - 1; }
+// The AVX2 integer path (kernels_avx2_int.cpp) holds each x within this fraction of its
+// group's largest |x| (an int16 part and an int8 rest).
+constexpr double kWordXError = 0x1p-21;
 
 // x (T, cols) prepared for one weight and one ISA; read-only while rows run in parallel.
 struct PreparedX {
@@ -75,6 +78,11 @@ struct PreparedX {
   int64_t group_size = 0;
   AlignedVector<int8_t> xd;
   AlignedVector<float> dx;
+  // Integer path of the Avx2 level (T == 1, kernels_avx2_int.cpp): x per quantisation group as
+  // int16 q and an int8 rest, in xw in that file's chunk order; dx (powers of two) and gsum as
+  // for the digits.
+  bool words = false;
+  AlignedVector<int16_t> xw;
   const float* token(int64_t t) const { return interleaved ? xs.data() + t * stride : x + t * cols; }
 };
 void prepare_x(const QWeight& w, const float* x, int64_t T, int lanes, bool shifted, PreparedX* px);
@@ -123,6 +131,13 @@ struct Kernels {
 };
 
 const Kernels& kernels_scalar();
+// The Avx2 level's integer matvec (kernels_avx2_int.cpp): prepare_special of its table (false
+// for weights it does not take), and rows of y for x it prepared (px.words).
+bool avx2_prepare_words(const QWeight& w, const float* x, PreparedX* px);
+void avx2_words_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1);
+// Scales of affine row r into sb and (if bb) biases into bb, each followed by >= 8 zeros; returns
+// sum_g bias_g * gsum_g (0 without gsum). AVX2 (kernels_avx2.cpp).
+float avx2_affine_row_params(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb);
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 const Kernels& kernels_avx512_vnni();

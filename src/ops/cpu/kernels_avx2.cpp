@@ -217,11 +217,7 @@ float affine_row_params_t(const QWeight& w, int64_t r, const float* gsum, float*
   return hsum(acc) + tail;
 }
 float affine_row_params(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb) {
-  switch (w.sdtype) {
-    case DType::F16: return affine_row_params_t<DType::F16>(w, r, gsum, sb, bb);
-    case DType::BF16: return affine_row_params_t<DType::BF16>(w, r, gsum, sb, bb);
-    default: return affine_row_params_t<DType::F32>(w, r, gsum, sb, bb);
-  }
+  return avx2_affine_row_params(w, r, gsum, sb, bb);
 }
 inline size_t params_size(const QWeight& w) { return size_t(w.cols / w.group_size + 2 * L); }
 
@@ -307,6 +303,7 @@ void affine_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t
 }
 
 void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  if (px.words) return avx2_words_matvec_rows(w, px, y, r0, r1);
   if (px.interleaved && w.group_lanes)
     return natural_row_blocks(w, r0, r1, [&](const QWeight& v, int64_t r) { matvec_rows(v, px, y + r, 0, v.rows); });
   if (px.interleaved) {
@@ -399,6 +396,15 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 }
 
 }  // namespace
+
+float avx2_affine_row_params(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb) {
+  switch (w.sdtype) {
+    case DType::F16: return affine_row_params_t<DType::F16>(w, r, gsum, sb, bb);
+    case DType::BF16: return affine_row_params_t<DType::BF16>(w, r, gsum, sb, bb);
+    default: return affine_row_params_t<DType::F32>(w, r, gsum, sb, bb);
+  }
+}
+
 }  // namespace moeflux::cpu
 
 #pragma GCC pop_options
@@ -406,7 +412,7 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 
 namespace moeflux::cpu {
 const Kernels& kernels_avx2() {
-  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy, add_scaled, swiglu_ref, nullptr};
+  static const Kernels k{L, avx2_prepare_words, matvec_rows, matmul_rows, decode_row, dot, axpy, add_scaled, swiglu_ref, nullptr};
   return k;
 }
 }  // namespace moeflux::cpu

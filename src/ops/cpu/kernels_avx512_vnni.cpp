@@ -96,6 +96,7 @@ bool prepare_digits_bits(const QWeight& w, const float* x, PreparedX* px) {
   px->T = 1, px->cols = cols, px->x = x;
   px->interleaved = px->shifted = false;
   px->digits = true;
+  px->words = false;
   px->group_lanes = BITS == 4 && w.group_lanes;
   px->stride = nch * CH;
   const int64_t wg = gs / 8;  // code words per group (4-bit)

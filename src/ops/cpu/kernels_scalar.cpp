@@ -22,7 +22,7 @@ bool prepare_x_layout(const QWeight& w, const float* x, int64_t T, int lanes, bo
   px->T = T, px->cols = w.cols, px->x = x;
   px->interleaved = affine_fast(w, lanes);
   px->shifted = px->interleaved && shifted;
-  px->digits = false;
+  px->digits = px->words = false;
   // Decoded rows of a group-lane weight (matmul) in the layout's own order at 16 lanes; the
   // matvec (shifted) and 8 lanes read rows converted back to natural order.
   px->group_lanes = px->interleaved && w.group_lanes && !shifted && lanes == 16;

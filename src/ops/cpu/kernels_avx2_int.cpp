@@ -1,0 +1,298 @@
+// AVX2 integer matvec (the Avx2 level's decode path for affine 4- and 8-bit codes). x is
+// held per quantisation group g in two integer parts: with dx_g = 2^(E - 14), E the exponent of
+// m = max|x_g| (m in [2^(E-1), 2^E)), q_c = round(x_c / dx_g) in int16 (|q| <= 2^14) and the
+// rest r_c = x_c / dx_g - q_c (exact: dx is a power of two) as d_c = round(R r_c) in int8, R =
+// 256 for 4-bit codes (d clamped to 127 where r is exactly 1/2) and 128 for 8-bit (|d| <= 64,
+// so that vpmaddubsw's pairs of code bytes cannot saturate), so |x_c - (q_c + d_c / R) dx_g|
+// <= dx_g / 256 <= 2^-21 m (2^-22 m but for the clamp, 4-bit).
+// Each 32-byte chunk of codes meets q through vpmaddwd, the codes of a 16-bit word cut out in
+// place (4-bit: (v >> 4k) & 15, 8-bit: (v >> 8k) & 255), so word m of the chunk meets q's
+// vector k at lane m with no shuffle of the weights, and d through vpmaddubsw (code bytes,
+// 4-bit as their low and high nibbles). The sums are exact in int32; eight groups' lanes are
+// summed into one vector per part, converted and scaled by scale * dx (d's by scale * dx / R).
+// On Zen 1 (128-bit units) a 32-byte chunk of 4-bit codes takes ~8 ns against the float
+// kernel's ~10.6 (no int -> float conversion per code); q alone would take ~5.3 but holds x to
+// 2^-15 of m, which puts the fixture models' decode logits 1.3e-4 to 4.2e-4 from their goldens
+// (the bound is 1e-4). Tested in tests/ops/test_ops_cpu.cpp against the bound above.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/cpu/kernels.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace moeflux::cpu {
+namespace {
+
+constexpr int L = 8;
+
+// Codes per 32-byte chunk, and int16 vectors of x per chunk (codes per 16-bit word).
+template <int BITS>
+constexpr int64_t kChunkCodes = 256 / BITS;
+template <int BITS>
+constexpr int kWordCodes = 16 / BITS;
+
+bool fits(const QWeight& w) {
+  if (w.format != WFormat::Affine || (w.bits != 4 && w.bits != 8)) return false;
+  const int64_t gs = w.group_size;
+  return gs > 0 && gs % (256 / w.bits) == 0 && w.cols % gs == 0;
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Chunk j of x in px->xw (kXChunk<BITS> int16 each): q as P vectors of 16, vector k lane m =
+// q of code j * CH + P m + k (P codes per 16-bit word); then d as bytes in the order of the
+// chunk's code bytes: 4-bit, 32 bytes for the codes in low nibbles (the even ones) and 32 for
+// the high nibbles (odd); 8-bit, 32 bytes, d of code b at byte b.
+template <int BITS>
+constexpr int64_t kXChunk = kChunkCodes<BITS> * 3 / 2;
+// d's scale R (the file's comment).
+template <int BITS>
+constexpr float kRestScale = BITS == 4 ? 256.0f : 128.0f;
+
+// x -> q and d (px->xw), per-group steps dx (padded with >= 8 zeros) and float group sums (gsum).
+// False, leaving px to the float path, when x holds a non-finite value.
+template <int BITS>
+bool prepare_words_bits(const QWeight& w, const float* x, PreparedX* px) {
+  constexpr int64_t CH = kChunkCodes<BITS>, XC = kXChunk<BITS>;
+  constexpr int P = kWordCodes<BITS>;
+  const int64_t cols = w.cols, gs = w.group_size, ng = cols / gs;
+  px->dx.assign(size_t((ng + 7) / 8 * 8 + 8), 0.0f);
+  px->gstride = (ng + 16 + 15) / 16 * 16;
+  px->gsum.assign(size_t(px->gstride), 0.0f);
+  if (px->xw.size() < size_t(cols / CH * XC)) px->xw.resize(size_t(cols / CH * XC));
+  alignas(32) int32_t q[CH], d[CH];
+  const __m256 sign = _mm256_set1_ps(-0.0f), rs = _mm256_set1_ps(kRestScale<BITS>);
+  const __m256i dmax = _mm256_set1_epi32(127);
+  for (int64_t g = 0; g < ng; ++g) {
+    const float* xg = x + g * gs;
+    __m256 mx = _mm256_setzero_ps(), sm = _mm256_setzero_ps();
+    for (int64_t c = 0; c < gs; c += L) {
+      const __m256 v = _mm256_loadu_ps(xg + c);
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v));
+      sm = _mm256_add_ps(sm, v);
+    }
+    alignas(32) float mv[L];
+    _mm256_store_ps(mv, mx);
+    float m = 0.0f;
+    for (float e : mv) m = std::max(m, e);
+    const float sum = hsum(sm);
+    if (!std::isfinite(m) || std::isnan(sum)) return false;
+    px->gsum[size_t(g)] = sum;
+    // A group with m < 2^-100 is left at zero (its inverse step would leave f32's range).
+    int e = 0;
+    std::frexp(m, &e);
+    const bool tiny = !(m >= 0x1p-100f);
+    px->dx[size_t(g)] = tiny ? 0.0f : std::ldexp(1.0f, e - 14);
+    const __m256 inv = _mm256_set1_ps(tiny ? 0.0f : std::ldexp(1.0f, 14 - e));
+    for (int64_t c0 = 0; c0 < gs; c0 += CH) {
+      for (int64_t c = 0; c < CH; c += L) {
+        const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg + c0 + c), inv);  // exact: inv is 2^k
+        const __m256 qf = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q + c), _mm256_cvtps_epi32(qf));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(d + c), _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(t, qf), rs)), dmax));
+      }
+      int16_t* xq = px->xw.data() + (g * gs + c0) / CH * XC;
+      for (int k = 0; k < P; ++k)
+        for (int mm = 0; mm < 16; ++mm) xq[k * 16 + mm] = int16_t(q[P * mm + k]);
+      int8_t* xd = reinterpret_cast<int8_t*>(xq + CH);
+      if constexpr (BITS == 4) {
+        for (int b = 0; b < 32; ++b) xd[b] = int8_t(d[2 * b]), xd[32 + b] = int8_t(d[2 * b + 1]);
+      } else {
+        for (int b = 0; b < 32; ++b) xd[b] = int8_t(d[b]);
+      }
+    }
+  }
+  px->T = 1, px->cols = cols, px->x = x;
+  px->interleaved = px->shifted = px->digits = px->group_lanes = false;
+  px->words = true;
+  px->bits = w.bits, px->group_size = gs, px->lanes = L, px->stride = cols;
+  return true;
+}
+
+inline __m256i xv(const int16_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// The int32 lane sums of one chunk against q (sum over k of vpmaddwd(codes k of each word, q
+// vector k)) and against d (vpmaddubsw of the code bytes, or nibbles, and d, widened), added to
+// *s and *r. 4-bit: the nibbles of each byte (lo, hi) serve both: a word of lo holds codes 0
+// and 2 of the word, hi codes 1 and 3.
+template <int BITS>
+inline void chunk_dot(__m256i v, const int16_t* xw, __m256i* s, __m256i* r) {
+  const __m256i* xd = reinterpret_cast<const __m256i*>(xw + kChunkCodes<BITS>);
+  const __m256i one = _mm256_set1_epi16(1);
+  if constexpr (BITS == 4) {
+    const __m256i n = _mm256_set1_epi8(0x0f), m = _mm256_set1_epi16(0x00ff);
+    const __m256i lo = _mm256_and_si256(v, n), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), n);
+    const __m256i a = _mm256_madd_epi16(_mm256_and_si256(lo, m), xv(xw));
+    const __m256i b = _mm256_madd_epi16(_mm256_and_si256(hi, m), xv(xw + 16));
+    const __m256i c = _mm256_madd_epi16(_mm256_srli_epi16(lo, 8), xv(xw + 32));
+    const __m256i d = _mm256_madd_epi16(_mm256_srli_epi16(hi, 8), xv(xw + 48));
+    *s = _mm256_add_epi32(*s, _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d)));
+    // per int16 lane at most 4 codes < 16 times |d| <= 128: 7680
+    const __m256i e = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256(xd)), _mm256_maddubs_epi16(hi, _mm256_load_si256(xd + 1)));
+    *r = _mm256_add_epi32(*r, _mm256_madd_epi16(e, one));
+  } else {
+    const __m256i a = _mm256_madd_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x00ff)), xv(xw));
+    *s = _mm256_add_epi32(*s, _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_srli_epi16(v, 8), xv(xw + 16))));
+    // per int16 lane 2 codes < 256 times |d| <= 64: 32640, inside vpmaddubsw's saturation
+    *r = _mm256_add_epi32(*r, _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_load_si256(xd)), one));
+  }
+}
+
+// Eight vectors of int32 lanes a[0..8) -> one whose lane i is the sum of a[i]'s lanes: pairs
+// (per 128-bit half [u0 + u2, v0 + v2, u1 + u3, v1 + v3]), then quads (per half [a, b, c, d]),
+// then the two halves.
+inline __m256i sum_pairs(__m256i u, __m256i v) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi32(u, v), _mm256_unpackhi_epi32(u, v));
+}
+inline __m256i sum_quads(__m256i u, __m256i v) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(u, v), _mm256_unpackhi_epi64(u, v));
+}
+inline __m256i sum_halves(__m256i u, __m256i v) {
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u, v, 0x20), _mm256_permute2x128_si256(u, v, 0x31));
+}
+
+// 8 scales or biases from g on (f32, f16 or bf16) as f32.
+template <DType S>
+inline __m256 load8(const uint8_t* base, int64_t g) {
+  if constexpr (S == DType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(base) + g);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + 2 * g));
+  if constexpr (S == DType::F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Group i of a block against q into *a and against d into *b (zero for i >= n when N is 0):
+// its cpg chunks at q + i * cpg * 32 bytes, its x at xw + i * cpg * kXChunk.
+template <int BITS, int CPG, int N>
+inline void group_sum(const uint8_t* q, const int16_t* xw, int64_t cpg, int i, int n, __m256i* a, __m256i* b) {
+  if constexpr (CPG) cpg = CPG;
+  *a = *b = _mm256_setzero_si256();
+  if (N == 0 && i >= n) return;
+#pragma GCC unroll 2
+  for (int64_t j = 0; j < cpg; ++j) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + (i * cpg + j) * 32));
+    chunk_dot<BITS>(v, xw + (i * cpg + j) * kXChunk<BITS>, a, b);
+  }
+}
+
+// A block's 8 groups (N = 8, or n when N is 0) -> *sa, *sb: lane i the sum of group i's lanes
+// against q and against d. Reduced pair by pair as the groups are done, so that at most ~8
+// vectors are live (16 per-group sums would not fit in AVX2's 16 registers). CPG (chunks per
+// group, 0: cpg at run time) and N fixed let the full block run unrolled.
+template <int BITS, int CPG, int N>
+inline void block_sums(const uint8_t* q, const int16_t* xw, int64_t cpg, __m256i* sa, __m256i* sb, int n = N) {
+  __m256i qa[2], qb[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m256i pa[2], pb[2];
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {
+      __m256i a0, b0, a1, b1;
+      group_sum<BITS, CPG, N>(q, xw, cpg, 4 * h + 2 * p, n, &a0, &b0);
+      group_sum<BITS, CPG, N>(q, xw, cpg, 4 * h + 2 * p + 1, n, &a1, &b1);
+      pa[p] = sum_pairs(a0, a1), pb[p] = sum_pairs(b0, b1);
+    }
+    qa[h] = sum_quads(pa[0], pa[1]), qb[h] = sum_quads(pb[0], pb[1]);
+  }
+  *sa = sum_halves(qa[0], qa[1]), *sb = sum_halves(qb[0], qb[1]);
+}
+
+// y[r] for one row: per block of 8 groups the int32 group sums, converted and times scale *
+// dx per group, summed lane-wise in f32, and the bias terms b_g * gsum_g summed aside and added
+// last. A last partial block reads its scales and biases through a zero-padded copy. The
+// arithmetic of a row does not depend on the rows around it.
+template <int BITS, DType S, int CPG>
+float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
+  constexpr int64_t CH = kChunkCodes<BITS>, CB = CH * BITS / 8;  // codes and bytes per chunk
+  const int64_t gs = w.group_size, ng = w.cols / gs, cpg = CPG ? CPG : gs / CH, pb = ng * int64_t(dtype_size(S));
+  const uint8_t* row = w.data + r * int64_t(w.row_bytes());
+  const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
+  const int16_t* xw = px.xw.data();
+  const float *dx = px.dx.data(), *gsum = px.gsum.data();
+  __m256 acc = _mm256_setzero_ps(), bacc = _mm256_setzero_ps();
+  for (int64_t g0 = 0; g0 < ng; g0 += 8) {
+    const int nb = int(std::min<int64_t>(8, ng - g0));
+    const uint8_t* qb = row + g0 * cpg * CB;
+    // The block's bytes 2 KiB ahead (the hardware prefetchers alone leave DRAM idle).
+    for (int64_t o = 0; o < 8 * cpg * CB; o += 64) _mm_prefetch(reinterpret_cast<const char*>(qb + o) + 2048, _MM_HINT_T0);
+    __m256i sa, sd;
+    const int16_t* xb = xw + g0 * cpg * kXChunk<BITS>;
+    if (nb == 8) block_sums<BITS, CPG, 8>(qb, xb, cpg, &sa, &sd);
+    else block_sums<BITS, CPG, 0>(qb, xb, cpg, &sa, &sd, nb);
+    __m256 sc, bi;
+    if (nb == 8) {
+      sc = load8<S>(sp, g0), bi = load8<S>(bp, g0);
+    } else {
+      alignas(32) uint8_t st[32] = {}, bt[32] = {};
+      std::memcpy(st, sp + g0 * int64_t(dtype_size(S)), size_t(nb) * dtype_size(S));
+      std::memcpy(bt, bp + g0 * int64_t(dtype_size(S)), size_t(nb) * dtype_size(S));
+      sc = load8<S>(st, 0), bi = load8<S>(bt, 0);
+    }
+    const __m256 sdx = _mm256_mul_ps(sc, _mm256_loadu_ps(dx + g0));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), sdx, acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_mul_ps(sdx, _mm256_set1_ps(1.0f / kRestScale<BITS>)), acc);
+    bacc = _mm256_fmadd_ps(bi, _mm256_loadu_ps(gsum + g0), bacc);
+  }
+  return hsum(acc) + hsum(bacc);
+}
+
+template <int BITS, DType S, int CPG>
+void words_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  const size_t pb = size_t(w.cols / w.group_size) * dtype_size(S);  // bytes of scales per row
+  for (int64_t r = r0; r < r1; ++r) {
+    prefetch_row_params(w, r + kParamsAhead, 1, pb);
+    y[r] = words_row_dot<BITS, S, CPG>(w, px, r);
+  }
+}
+
+template <int BITS, DType S>
+void words_rows_cpg(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  switch (w.group_size / kChunkCodes<BITS>) {
+    case 1: return words_rows<BITS, S, 1>(w, px, y, r0, r1);
+    case 2: return words_rows<BITS, S, 2>(w, px, y, r0, r1);
+    default: return words_rows<BITS, S, 0>(w, px, y, r0, r1);
+  }
+}
+
+template <int BITS>
+void words_rows_bits(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  switch (w.sdtype) {
+    case DType::F16: return words_rows_cpg<BITS, DType::F16>(w, px, y, r0, r1);
+    case DType::BF16: return words_rows_cpg<BITS, DType::BF16>(w, px, y, r0, r1);
+    default: return words_rows_cpg<BITS, DType::F32>(w, px, y, r0, r1);
+  }
+}
+
+}  // namespace
+
+bool avx2_prepare_words(const QWeight& w, const float* x, PreparedX* px) {
+  if (!fits(w)) return false;
+  return w.bits == 4 ? prepare_words_bits<4>(w, x, px) : prepare_words_bits<8>(w, x, px);
+}
+
+void avx2_words_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  MF_ASSERT(px.words && px.bits == w.bits && px.cols == w.cols);  // PRECOND: x prepared for w's shape
+  if (w.group_lanes)
+    return natural_row_blocks(w, r0, r1, [&](const QWeight& v, int64_t r) { avx2_words_matvec_rows(v, px, y + r, 0, v.rows); });
+  if (w.bits == 4) words_rows_bits<4>(w, px, y, r0, r1);
+  else words_rows_bits<8>(w, px, y, r0, r1);
+}
+
+}  // namespace moeflux::cpu
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
