@@ -92,31 +92,37 @@ void add_scaled(float a, const float* x, float* y, int64_t n) {
   }
 }
 
-// 4 rows x NT (1 or 2) tokens: 4 NT accumulators + 4 rows + NT x in 16 ymm registers
-// (4 x 4 would spill), 4 + NT loads per 4 NT FMAs; loops unrolled by pragma so that -O2
-// keeps the accumulators in registers.
+// 4 rows x NT (1 to 3) tokens: 4 NT accumulators + NT x + one row vector at a time in 16 ymm
+// registers, 4 + NT loads per 4 NT FMAs (4 x 3: 7 per 12; 4 x 2, which loaded all four rows
+// first, 6 per 8). One step of 8 columns at i, MASKED: the last partial one (m: its lanes).
+template <int NT, bool MASKED>
+inline void dot4xt_step(const float* const* w, const float* const* x, int64_t i, __m256i m, __m256 c[4][NT]) {
+  auto load = [m](const float* p) { return MASKED ? _mm256_maskload_ps(p, m) : _mm256_loadu_ps(p); };
+  __m256 xv[NT];
+#pragma GCC unroll 3
+  for (int t = 0; t < NT; ++t) xv[t] = load(x[t] + i);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256 wv = load(w[j] + i);
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; ++t) c[j][t] = _mm256_fmadd_ps(wv, xv[t], c[j][t]);
+  }
+}
+
+// Loops unrolled by pragma so that -O2 keeps the accumulators in registers.
 template <int NT>
-void dot4xt(const float* const* w, const float* const* x, int64_t n, float out[4][2]) {
+void dot4xt(const float* const* w, const float* const* x, int64_t n, float out[4][3]) {
   __m256 c[4][NT];
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j)
-#pragma GCC unroll 2
+#pragma GCC unroll 3
     for (int t = 0; t < NT; ++t) c[j][t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n; i += L) {
-    const __m256i m = tail_mask(n - i);
-    __m256 wv[4], xv[NT];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) wv[j] = _mm256_maskload_ps(w[j] + i, m);
-#pragma GCC unroll 2
-    for (int t = 0; t < NT; ++t) xv[t] = _mm256_maskload_ps(x[t] + i, m);
-#pragma GCC unroll 2
-    for (int t = 0; t < NT; ++t)
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) c[j][t] = _mm256_fmadd_ps(wv[j], xv[t], c[j][t]);
-  }
+  int64_t i = 0;
+  for (; i + L <= n; i += L) dot4xt_step<NT, false>(w, x, i, _mm256_setzero_si256(), c);
+  if (i < n) dot4xt_step<NT, true>(w, x, i, tail_mask(n - i), c);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j)
-#pragma GCC unroll 2
+#pragma GCC unroll 3
     for (int t = 0; t < NT; ++t) out[j][t] = hsum(c[j][t]);
 }
 
@@ -383,11 +389,12 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
       if (i < nr) decode_row(w, px, rb + i, buf + i * n, sb, bb);
       else rows[i] = rows[0];
     }
-    for (int64_t t = 0; t < px.T; t += 2) {
-      const int nt = int(std::min<int64_t>(2, px.T - t));
-      const float* xs[2] = {px.token(t), px.token(t + nt - 1)};
-      float out[4][2];
-      if (nt == 2) dot4xt<2>(rows, xs, n, out);
+    for (int64_t t = 0; t < px.T; t += 3) {
+      const int nt = int(std::min<int64_t>(3, px.T - t));
+      const float* xs[3] = {px.token(t), px.token(t + std::min(1, nt - 1)), px.token(t + nt - 1)};
+      float out[4][3];
+      if (nt == 3) dot4xt<3>(rows, xs, n, out);
+      else if (nt == 2) dot4xt<2>(rows, xs, n, out);
       else dot4xt<1>(rows, xs, n, out);
       for (int i = 0; i < nr; ++i)
         for (int u = 0; u < nt; ++u) y[(t + u) * ldy + rb + i] = out[i][u];
