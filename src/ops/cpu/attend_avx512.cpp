@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
 
-#include "ops/cpu/avx512_begin.h"
+#include "ops/cpu/kernels_begin.h"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 
 namespace moeflux::cpu {

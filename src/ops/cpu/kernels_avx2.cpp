@@ -11,12 +11,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/ref/ref.h"
 
-// g++ 12 flags the intrinsics headers' deliberately undefined vectors (_mm512_undefined_*)
-// once they are inlined here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC push_options
+#include "ops/cpu/kernels_begin.h"
 #pragma GCC target("avx2,fma,f16c")
 
 namespace moeflux::cpu {
@@ -24,12 +19,7 @@ namespace {
 
 constexpr int L = 8;
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+#include "ops/cpu/avx2_util.h"
 
 // Lanes [0, n) set, for maskload / maskstore.
 inline __m256i tail_mask(int64_t n) {

@@ -24,10 +24,7 @@
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC push_options
+#include "ops/cpu/kernels_begin.h"
 #pragma GCC target("avx2,fma,f16c")
 
 namespace moeflux::cpu {
@@ -47,12 +44,7 @@ bool fits(const QWeight& w) {
   return gs > 0 && gs % (256 / w.bits) == 0 && w.cols % gs == 0;
 }
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+#include "ops/cpu/avx2_util.h"
 
 // Chunk j of x in px->xw (kXChunk<BITS> int16 each): q as P vectors of 16, vector k lane m =
 // q of code j * CH + P m + k (P codes per 16-bit word); then d as bytes in the order of the
