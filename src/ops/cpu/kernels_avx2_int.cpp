@@ -5,10 +5,10 @@
 // 256 for 4-bit codes (d clamped to 127 where r is exactly 1/2) and 128 for 8-bit (|d| <= 64,
 // so that vpmaddubsw's pairs of code bytes cannot saturate), so |x_c - (q_c + d_c / R) dx_g|
 // <= dx_g / 256 <= 2^-21 m (2^-22 m but for the clamp, 4-bit).
-// Each 32-byte chunk of codes meets q through vpmaddwd, the codes of a 16-bit word cut out in
-// place (4-bit: (v >> 4k) & 15, 8-bit: (v >> 8k) & 255), so word m of the chunk meets q's
-// vector k at lane m with no shuffle of the weights, and d through vpmaddubsw (code bytes,
-// 4-bit as their low and high nibbles). The sums are exact in int32; eight groups' lanes are
+// Each 32-byte chunk of codes meets q through vpmaddwd, code k of each 16-bit word cut out in
+// place (4-bit: the bytes' low and high nibbles, then each word's low and high byte of those;
+// 8-bit: the word's low and high byte), so word m of the chunk meets q's vector k at lane m with
+// no shuffle of the weights, and d through vpmaddubsw (the code bytes, 4-bit: the nibbles). The sums are exact in int32; eight groups' lanes are
 // summed into one vector per part, converted and scaled by scale * dx (d's by scale * dx / R).
 // On Zen 1 (128-bit units) a 32-byte chunk of 4-bit codes takes ~8 ns against the float
 // kernel's ~10.6 (no int -> float conversion per code); q alone would take ~5.3 but holds x to
