@@ -135,9 +135,6 @@ const Kernels& kernels_scalar();
 // for weights it does not take), and rows of y for x it prepared (px.words).
 bool avx2_prepare_words(const QWeight& w, const float* x, PreparedX* px);
 void avx2_words_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1);
-// Scales of affine row r into sb and (if bb) biases into bb, each followed by >= 8 zeros; returns
-// sum_g bias_g * gsum_g (0 without gsum). AVX2 (kernels_avx2.cpp).
-float avx2_affine_row_params(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb);
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 const Kernels& kernels_avx512_vnni();

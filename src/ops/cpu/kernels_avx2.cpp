@@ -213,7 +213,11 @@ float affine_row_params_t(const QWeight& w, int64_t r, const float* gsum, float*
   return hsum(acc) + tail;
 }
 float affine_row_params(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb) {
-  return avx2_affine_row_params(w, r, gsum, sb, bb);
+  switch (w.sdtype) {
+    case DType::F16: return affine_row_params_t<DType::F16>(w, r, gsum, sb, bb);
+    case DType::BF16: return affine_row_params_t<DType::BF16>(w, r, gsum, sb, bb);
+    default: return affine_row_params_t<DType::F32>(w, r, gsum, sb, bb);
+  }
 }
 inline size_t params_size(const QWeight& w) { return size_t(w.cols / w.group_size + 2 * L); }
 
@@ -393,15 +397,6 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 }
 
 }  // namespace
-
-float avx2_affine_row_params(const QWeight& w, int64_t r, const float* gsum, float* sb, float* bb) {
-  switch (w.sdtype) {
-    case DType::F16: return affine_row_params_t<DType::F16>(w, r, gsum, sb, bb);
-    case DType::BF16: return affine_row_params_t<DType::BF16>(w, r, gsum, sb, bb);
-    default: return affine_row_params_t<DType::F32>(w, r, gsum, sb, bb);
-  }
-}
-
 }  // namespace moeflux::cpu
 
 #pragma GCC pop_options
