@@ -38,16 +38,6 @@ inline __m256 fp8x8(const uint8_t* p) {
 }
 constexpr float kFp8Unscale = 256.0f;
 
-template <DType T>
-inline __m256 load8(const uint8_t* base, int64_t i) {
-  if constexpr (T == DType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(base) + i);
-  if constexpr (T == DType::F16)
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + 2 * i)));
-  if constexpr (T == DType::BF16)
-    return _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + 2 * i))), 16));
-}
-
 float dot(const float* a, const float* b, int64_t n) {
   __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
   int64_t i = 0;

@@ -158,15 +158,6 @@ inline __m256i sum_halves(__m256i u, __m256i v) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(u, v, 0x20), _mm256_permute2x128_si256(u, v, 0x31));
 }
 
-// 8 scales or biases from g on (f32, f16 or bf16) as f32.
-template <DType S>
-inline __m256 load8(const uint8_t* base, int64_t g) {
-  if constexpr (S == DType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(base) + g);
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + 2 * g));
-  if constexpr (S == DType::F16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 // Group i of a block against q into *a and against d into *b (zero for i >= n when N is 0):
 // its cpg chunks at q + i * cpg * 32 bytes, its x at xw + i * cpg * kXChunk.
 template <int BITS, int CPG, int N>
@@ -222,13 +213,13 @@ float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
     // The block's bytes 2 KiB ahead (the hardware prefetchers alone leave DRAM idle).
     for (int64_t o = 0; o < 8 * cpg * CB; o += 64) _mm_prefetch(reinterpret_cast<const char*>(qb + o) + 2048, _MM_HINT_T0);
     __m256i sa, sd;
-    const int16_t* xb = xw + g0 * cpg * kXChunk<BITS>;
-    if (nb == 8) block_sums<BITS, CPG, 8>(qb, xb, cpg, &sa, &sd);
-    else block_sums<BITS, CPG, 0>(qb, xb, cpg, &sa, &sd, nb);
     __m256 sc, bi;
+    const int16_t* xb = xw + g0 * cpg * kXChunk<BITS>;
     if (nb == 8) {
+      block_sums<BITS, CPG, 8>(qb, xb, cpg, &sa, &sd);
       sc = load8<S>(sp, g0), bi = load8<S>(bp, g0);
     } else {
+      block_sums<BITS, CPG, 0>(qb, xb, cpg, &sa, &sd, nb);
       alignas(32) uint8_t st[32] = {}, bt[32] = {};
       std::memcpy(st, sp + g0 * int64_t(dtype_size(S)), size_t(nb) * dtype_size(S));
       std::memcpy(bt, bp + g0 * int64_t(dtype_size(S)), size_t(nb) * dtype_size(S));
