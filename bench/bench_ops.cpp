@@ -20,6 +20,7 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/group_lanes.h"
 #include "util/random_weights.h"
 
 namespace moeflux::bench {
@@ -46,7 +47,9 @@ struct WeightSet {
   std::vector<AlignedVector<uint8_t>> data, scales, biases;
   std::vector<QWeight> views;
   size_t bytes = 0;  // weight + scale + bias bytes of one copy
-  explicit WeightSet(test::OwnedWeight o) : base(std::move(o)) {
+  // lanes: every copy's codes rewritten in the group-lane layout (ops/group_lanes.h), as a
+  // repacked resident pack holds them.
+  explicit WeightSet(test::OwnedWeight o, bool lanes = false) : base(std::move(o)) {
     bytes = base.data.size() + base.scales.size() + base.biases.size();
     const size_t copies = std::max<size_t>(2, rotate_bytes() / bytes);
     for (size_t i = 0; i < copies; ++i) {
@@ -57,6 +60,10 @@ struct WeightSet {
       w.data = data.back().data();
       if (w.format == WFormat::Affine) w.scales = scales.back().data(), w.biases = biases.back().data();
       if (w.format == WFormat::Fp8Block) w.block_scales = scales.back().data();
+      if (lanes) {
+        to_group_lanes_in_place(w, /*on_pool=*/false);
+        w.group_lanes = true;
+      }
       views.push_back(w);
     }
   }
@@ -172,7 +179,9 @@ std::string load_average() {
 }
 
 void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
-  auto add_set = [&](test::OwnedWeight o) { return keep.emplace_back(std::make_unique<WeightSet>(std::move(o))).get(); };
+  auto add_set = [&](test::OwnedWeight o, bool lanes = false) {
+    return keep.emplace_back(std::make_unique<WeightSet>(std::move(o), lanes)).get();
+  };
   const std::vector<int> thread_counts = g_cores > 1 ? std::vector<int>{1, g_cores} : std::vector<int>{1};
     // Real shapes, 4-bit g64 (the MLX default): expert gate/up, expert down, q / o projections,
   // the output head (175 MB: the largest single matvec of a decode step).
@@ -186,6 +195,15 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
     for (CpuIsa isa : isas_q)
       for (int t : thread_counts)
         benchmark::RegisterBenchmark((std::string("Matvec/q4g64/") + s.what + "/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
+                                     bm_matvec, ws, isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
+  // The same shapes in the group-lane layout, at the levels whose integer matvec reads it.
+  for (const Shape& s : shapes) {
+    if (s.rows > 4096) continue;
+    const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1), /*lanes=*/true);
+    for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
+      for (int t : thread_counts)
+        benchmark::RegisterBenchmark((std::string("Matvec/q4g64lanes/") + s.what + "/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
                                      bm_matvec, ws, isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
   // One token through 8 experts of Qwen3-30B-A3B shape (gate / up / down), as decode runs them.

@@ -1,5 +1,6 @@
 // The group-lane code layout of 4-bit affine rows (QWeight::group_lanes), read by the AVX-512
-// VNNI matvec (kernels_avx512_vnni.cpp). A row's groups are taken 16 at a time (the last block
+// VNNI matvec (kernels_avx512_vnni.cpp) and the AVX2 integer matvec (kernels_avx2_int.cpp, as
+// two halves of 8 lanes). A row's groups are taken 16 at a time (the last block
 // may hold fewer, nb); with wg = group_size / 8 code words (u32) per group, word t of group
 // 16 b + l sits at word 16 b wg + t nb + l. One 64-byte load of a block's step t then holds word
 // t of up to 16 groups, one per 32-bit lane, so a lane sums a whole group in integers and the

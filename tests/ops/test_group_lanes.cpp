@@ -1,6 +1,6 @@
 // The group-lane code layout (ops/group_lanes.h): conversions, the reference dequantisation of
 // converted rows, and every CPU op on converted weights: the AVX-512 VNNI integer matvec that
-// reads the layout against the reference, and the kernels that convert rows back (the float
+// and the AVX2 integer matvec that read the layout against the reference, and the kernels that convert rows back (the float
 // ones, matmul) bit for bit against the same weight in natural order.
 #include <gtest/gtest.h>
 
@@ -161,6 +161,38 @@ TEST(GroupLanes, IntegerMatvecReadsTheLayout) {
     xn[1] = INFINITY;
     EXPECT_FALSE(k.prepare_special(l.w, xn.data(), &px));
   }
+}
+
+// The AVX2 integer matvec reads the layout itself too: x prepared in group-lane order (half
+// blocks of 8 groups), and the same integer sums per group as in natural order, so the same bits
+// (partial blocks of 12 and 1 groups, group sizes 64 and 128; 32 takes the float path).
+TEST(GroupLanes, Avx2IntegerMatvecReadsTheLayout) {
+  if (cpu_isa_detected() < CpuIsa::Avx2) GTEST_SKIP() << "no AVX2";
+  const cpu::Kernels& k = cpu::kernels_avx2();
+  for (const Shape s : kShapes)
+    for (DType sd : {DType::BF16, DType::F32}) {
+      const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, sd, 41);
+      const LaneWeight l = to_lanes(o);
+      const auto x = test::randn(size_t(s.cols), 42);
+      cpu::PreparedX pl, pn;
+      const bool takes = s.group_size % 64 == 0;
+      ASSERT_EQ(k.prepare_special(l.w, x.data(), &pl), takes) << o.name();
+      if (!takes) continue;
+      EXPECT_TRUE(pl.words && pl.group_lanes) << o.name();
+      ASSERT_TRUE(k.prepare_special(o.w, x.data(), &pn));
+      EXPECT_FALSE(pn.group_lanes);
+      std::vector<float> y(static_cast<size_t>(s.rows), NAN), yn(y.size(), NAN), want(y.size());
+      k.matvec_rows(l.w, pl, y.data(), 0, s.rows);
+      k.matvec_rows(o.w, pn, yn.data(), 0, s.rows);
+      EXPECT_EQ(y, yn) << o.name();
+      matvec_ref(o.w, x.data(), want.data());
+      EXPECT_LE(test::rel_l2(y, want), 1e-5) << o.name();
+      // Row ranges split anywhere: the same bits.
+      std::vector<float> z(y.size(), NAN);
+      k.matvec_rows(l.w, pl, z.data(), 0, s.rows / 2);
+      k.matvec_rows(l.w, pl, z.data(), s.rows / 2, s.rows);
+      EXPECT_EQ(z, y) << o.name();
+    }
 }
 
 // The layout's rows are read in the natural order's row blocks (four side by side, spread

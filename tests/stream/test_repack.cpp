@@ -1,8 +1,8 @@
 // Repacking a resident pack (model.h: Repack): every 4-bit fixture, its affine weights
 // rewritten at load into the group-lane code layout, computes logits (prefill and decode)
 // within the fixture tests' bound of the goldens and within 1e-5 of file order, with the same
-// greedy continuations, at every CPU level this machine has (below AVX-512 through rows
-// converted back, with file order's exact bits). Off, Auto on a level without VNNI, and mapped
+// greedy continuations, at every CPU level this machine has (below AVX-512 with file order's
+// exact bits). Off, Auto on a level whose integer matvec does not read the layout, and mapped
 // packs keep file order; expert-cache slots are rewritten as they are read.
 #include <gtest/gtest.h>
 
@@ -29,8 +29,9 @@ void expect_lanes_match_file_order(const Model& plain, const Model& lanes, const
     EXPECT_LE(test::rel_l2(got.logits, golden.f32.at("logits")), 1e-4);
     EXPECT_LE(test::rel_l2(got.logits, ref.logits), 1e-5);
     EXPECT_EQ(got.greedy, ref.greedy);
-    // Below AVX-512 every dot reads rows converted back to file order: the same bits (the
-    // AVX-512 matmul decodes rows in the layout's own order, and the VNNI matvec reads it).
+    // Below AVX-512 the same bits: the AVX2 integer matvec sums the same integers per group,
+    // its matmul decodes the same floats, and the rest read rows converted back to file order
+    // (the AVX-512 matmul decodes rows in the layout's own order, and the VNNI matvec reads it).
     if (isa < CpuIsa::Avx512) {
       EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
     }
@@ -72,19 +73,20 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, RepackTest,
                                            "deepseek_v3/q4"),
                          [](const auto& info) { return test::fixture_name(info.param); });
 
-// Which loads repack: only resident packs and cache records, Auto only where the VNNI kernels
-// are in use (and for cache records only when the budget holds them all).
-TEST(Repack, OnlyResidentPacksAndAutoOnlyOnVnni) {
+// Which loads repack: only resident packs and cache records, Auto only where an integer matvec
+// that reads the layout is in use (AVX-512 VNNI, AVX2; and for cache records only when the
+// budget holds them all).
+TEST(Repack, OnlyResidentPacksAndAutoOnlyWhereReadNatively) {
   const std::string pack = test::fixture_pack("qwen3_moe/q4");
   EXPECT_EQ(load_model(pack, MapMode::Map, Repack::On)->repacked_tensors, 0);
   EXPECT_EQ(load_model(test::fixture_dir("qwen3_moe/q4"), MapMode::Resident, Repack::On)->repacked_tensors, 0);
-  {
-    ScopedCpuIsa scope(CpuIsa::Scalar);
-    EXPECT_EQ(load_model(pack, MapMode::Resident, Repack::Auto)->repacked_tensors, 0);
+  for (CpuIsa isa : test::cpu_isas_available()) {
+    ScopedCpuIsa scope(isa);
+    const bool native = isa == CpuIsa::Avx512Vnni || isa == CpuIsa::Avx2;
+    EXPECT_EQ(load_model(pack, MapMode::Resident, Repack::Auto)->repacked_tensors > 0, native) << cpu_isa_name(isa);
   }
-  const bool vnni = cpu_isa_default() == CpuIsa::Avx512Vnni;
+  const bool native = cpu_isa_default() == CpuIsa::Avx512Vnni || cpu_isa_default() == CpuIsa::Avx2;
   ScopedCpuIsa scope(cpu_isa_default());
-  EXPECT_EQ(load_model(pack, MapMode::Resident, Repack::Auto)->repacked_tensors > 0, vnni);
   StreamOptions o;
   o.repack = Repack::Off;
   EXPECT_EQ(load_model(pack, o)->repacked_tensors, 0);
@@ -97,7 +99,7 @@ TEST(Repack, OnlyResidentPacksAndAutoOnlyOnVnni) {
   o.budget = "100%";
   o.need_cache = true;
   o.repack = Repack::Auto;
-  EXPECT_EQ(load_model(pack, o)->expert_cache->transforms_records(), vnni);
+  EXPECT_EQ(load_model(pack, o)->expert_cache->transforms_records(), native);
   o.repack = Repack::Off;
   EXPECT_FALSE(load_model(pack, o)->expert_cache->transforms_records());
 }

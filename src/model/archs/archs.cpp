@@ -22,13 +22,14 @@ const std::pair<const char*, ArchBuilder> kArchs[] = {
 
 }  // namespace
 
-// Auto: where the CPU level in use reads the layout natively (AVX-512 VNNI);
+// Auto: where the CPU level in use reads the layout natively (the integer matvecs of AVX-512
+// VNNI and AVX2);
 // MOEFLUX_GROUP_LANES=0 / 1 (a developer knob for A/Bs, read once) overrides.
 bool repack_wanted(Repack r) {
   if (r != Repack::Auto) return r == Repack::On;
   static const char* env = std::getenv("MOEFLUX_GROUP_LANES");
   if (env && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
-  return cpu_isa() == CpuIsa::Avx512Vnni;
+  return cpu_isa() == CpuIsa::Avx512Vnni || cpu_isa() == CpuIsa::Avx2;
 }
 
 ArchBuilder find_arch(const std::string& model_type) {

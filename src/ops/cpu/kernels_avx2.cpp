@@ -284,6 +284,49 @@ void affine_row_decode(const QWeight& w, int64_t r, float* out, float* sb, float
   }
 }
 
+// The 8 x 8 transpose of 32-bit lanes: v[i] lane l -> v[l] lane i.
+inline void transpose8(__m256i v[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]), t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]), u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]), u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i)
+    v[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20), v[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+}
+
+// A 4-bit group-lane row (ops/group_lanes.h) decoded as affine_row_decode<4> decodes the natural
+// row: the same floats in the same places. Per half block (8 groups) and 8 steps, the step
+// vectors (word t of each group, one per lane) are transposed into one vector per group holding 8
+// of its words: one natural chunk. PRECOND: group_size / 8 words per group a multiple of 8.
+void lanes_row_decode(const QWeight& w, int64_t r, float* out, float* sb, float* bb) {
+  constexpr int64_t CH = 8 * L;
+  const int64_t gs = w.group_size, ng = w.cols / gs, wg = gs / 8;
+  affine_row_params(w, r, nullptr, sb, bb);
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(w.data + r * int64_t(w.row_bytes()));
+  for (int64_t b = 0; 16 * b < ng; ++b) {
+    const int64_t nb = std::min<int64_t>(16, ng - 16 * b);
+    const uint32_t* blk = q + 16 * b * wg;
+    for (int64_t h = 0; h < 2 && 8 * h < nb; ++h) {
+      const int64_t nh = std::min<int64_t>(8, nb - 8 * h);
+      for (int64_t t0 = 0; t0 < wg; t0 += 8) {
+        __m256i v[8];
+        for (int i = 0; i < 8; ++i) v[i] = load_words(blk + (t0 + i) * nb + 8 * h, nh);
+        transpose8(v);
+        for (int64_t l = 0; l < nh; ++l) {
+          const int64_t g = 16 * b + 8 * h + l;
+          const __m256 sv = _mm256_set1_ps(sb[g]), bv = _mm256_set1_ps(bb[g]);
+          float* oc = out + (g * wg + t0) / 8 * CH;
+          [&]<int... K>(std::integer_sequence<int, K...>) {
+            (_mm256_storeu_ps(oc + K * L, _mm256_fmadd_ps(code<4, K>(v[l]), sv, bv)), ...);
+          }(std::make_integer_sequence<int, 8>{});
+        }
+      }
+    }
+  }
+}
+
 template <int BITS>
 void affine_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   MF_ASSERT(px.shifted);  // PRECOND: x prepared for in-place codes
@@ -332,6 +375,10 @@ void matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, in
 int64_t decode_row(const QWeight& w, const PreparedX& px, int64_t r, float* out, float* sb,
                    float* bb) {
   MF_ASSERT(!px.shifted);  // PRECOND: decoded rows hold true codes
+  if (px.interleaved && w.group_lanes && w.bits == 4 && w.group_size % 64 == 0) {
+    lanes_row_decode(w, r, out, sb, bb);
+    return px.stride;
+  }
   if (px.interleaved && w.group_lanes) {
     int64_t n = 0;
     natural_row_blocks(w, r, r + 1, [&](const QWeight& v, int64_t) { n = decode_row(v, px, 0, out, sb, bb); });

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -56,18 +57,39 @@ constexpr int64_t kXChunk = kChunkCodes<BITS> * 3 / 2;
 template <int BITS>
 constexpr float kRestScale = BITS == 4 ? 256.0f : 128.0f;
 
+// q and d of one chunk, codes in the chunk's order (n < CH: q[n], d[n]), into its slot xq of
+// px->xw (the layout above).
+template <int BITS>
+inline void store_chunk(const int32_t* q, const int32_t* d, int16_t* xq) {
+  constexpr int P = kWordCodes<BITS>;
+  for (int k = 0; k < P; ++k)
+    for (int mm = 0; mm < 16; ++mm) xq[k * 16 + mm] = int16_t(q[P * mm + k]);
+  int8_t* xd = reinterpret_cast<int8_t*>(xq + kChunkCodes<BITS>);
+  if constexpr (BITS == 4) {
+    for (int b = 0; b < 32; ++b) xd[b] = int8_t(d[2 * b]), xd[32 + b] = int8_t(d[2 * b + 1]);
+  } else {
+    for (int b = 0; b < 32; ++b) xd[b] = int8_t(d[b]);
+  }
+}
+
 // x -> q and d (px->xw), per-group steps dx (padded with >= 8 zeros) and float group sums (gsum).
+// Natural order: chunk j holds columns j * CH ... A 4-bit group-lane weight (ops/group_lanes.h)
+// is read as half blocks of 8 groups: chunk (b * wg + t) * 2 + h holds word t of groups 16 b + 8 h
+// + l (l < 8; zeros past the block's nb groups), its code 8 l + e being column 8 t + e of group
+// 16 b + 8 h + l, so that each 32-bit lane of the kernel's sums is one group.
 // False, leaving px to the float path, when x holds a non-finite value.
 template <int BITS>
 bool prepare_words_bits(const QWeight& w, const float* x, PreparedX* px) {
   constexpr int64_t CH = kChunkCodes<BITS>, XC = kXChunk<BITS>;
-  constexpr int P = kWordCodes<BITS>;
   const int64_t cols = w.cols, gs = w.group_size, ng = cols / gs;
+  const bool lanes = BITS == 4 && w.group_lanes;
   px->dx.assign(size_t((ng + 7) / 8 * 8 + 8), 0.0f);
   px->gstride = (ng + 16 + 15) / 16 * 16;
   px->gsum.assign(size_t(px->gstride), 0.0f);
-  if (px->xw.size() < size_t(cols / CH * XC)) px->xw.resize(size_t(cols / CH * XC));
-  alignas(32) int32_t q[CH], d[CH];
+  const int64_t nch = lanes ? 2 * group_lane_steps(cols, gs) : cols / CH;
+  if (px->xw.size() < size_t(nch * XC)) px->xw.resize(size_t(nch * XC));
+  thread_local std::vector<int32_t> qn, dn;  // q and d in natural column order
+  qn.resize(size_t(cols)), dn.resize(size_t(cols));
   const __m256 sign = _mm256_set1_ps(-0.0f), rs = _mm256_set1_ps(kRestScale<BITS>);
   const __m256i dmax = _mm256_set1_epi32(127);
   for (int64_t g = 0; g < ng; ++g) {
@@ -91,26 +113,36 @@ bool prepare_words_bits(const QWeight& w, const float* x, PreparedX* px) {
     const bool tiny = !(m >= 0x1p-100f);
     px->dx[size_t(g)] = tiny ? 0.0f : std::ldexp(1.0f, e - 14);
     const __m256 inv = _mm256_set1_ps(tiny ? 0.0f : std::ldexp(1.0f, 14 - e));
-    for (int64_t c0 = 0; c0 < gs; c0 += CH) {
-      for (int64_t c = 0; c < CH; c += L) {
-        const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg + c0 + c), inv);  // exact: inv is 2^k
-        const __m256 qf = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q + c), _mm256_cvtps_epi32(qf));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(d + c), _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(t, qf), rs)), dmax));
-      }
-      int16_t* xq = px->xw.data() + (g * gs + c0) / CH * XC;
-      for (int k = 0; k < P; ++k)
-        for (int mm = 0; mm < 16; ++mm) xq[k * 16 + mm] = int16_t(q[P * mm + k]);
-      int8_t* xd = reinterpret_cast<int8_t*>(xq + CH);
-      if constexpr (BITS == 4) {
-        for (int b = 0; b < 32; ++b) xd[b] = int8_t(d[2 * b]), xd[32 + b] = int8_t(d[2 * b + 1]);
-      } else {
-        for (int b = 0; b < 32; ++b) xd[b] = int8_t(d[b]);
-      }
+    for (int64_t c = 0; c < gs; c += L) {
+      const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg + c), inv);  // exact: inv is 2^k
+      const __m256 qf = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qn.data() + g * gs + c), _mm256_cvtps_epi32(qf));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dn.data() + g * gs + c),
+                          _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(t, qf), rs)), dmax));
     }
   }
+  int16_t* xw = px->xw.data();
+  if (!lanes) {
+    for (int64_t j = 0; j < nch; ++j) store_chunk<BITS>(qn.data() + j * CH, dn.data() + j * CH, xw + j * XC);
+  } else {
+    const int64_t wg = gs / 8;
+    alignas(32) int32_t q[CH], d[CH];
+    for (int64_t b = 0, j = 0; 16 * b < ng; ++b)
+      for (int64_t t = 0; t < wg; ++t)
+        for (int64_t h = 0; h < 2; ++h, ++j) {
+          for (int64_t l = 0; l < 8; ++l) {
+            const int64_t g = 16 * b + 8 * h + l;
+            for (int64_t e = 0; e < 8; ++e) {
+              const int64_t c = g * gs + 8 * t + e;
+              q[8 * l + e] = g < ng ? qn[size_t(c)] : 0, d[8 * l + e] = g < ng ? dn[size_t(c)] : 0;
+            }
+          }
+          store_chunk<BITS>(q, d, xw + j * XC);
+        }
+  }
   px->T = 1, px->cols = cols, px->x = x;
-  px->interleaved = px->shifted = px->digits = px->group_lanes = false;
+  px->interleaved = px->shifted = px->digits = false;
+  px->group_lanes = lanes;
   px->words = true;
   px->bits = w.bits, px->group_size = gs, px->lanes = L, px->stride = cols;
   return true;
@@ -233,6 +265,140 @@ float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
   return hsum(acc) + hsum(bacc);
 }
 
+// The integer ops of lanes_half at 256 and 128 bits (a half block of at most 4 groups runs on
+// 128: half the work on Zen 1's 128-bit units).
+inline __m256i vand(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
+inline __m128i vand(__m128i a, __m128i b) { return _mm_and_si128(a, b); }
+template <int N> inline __m256i vsrl16(__m256i a) { return _mm256_srli_epi16(a, N); }
+template <int N> inline __m128i vsrl16(__m128i a) { return _mm_srli_epi16(a, N); }
+inline __m256i vmadd(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
+inline __m128i vmadd(__m128i a, __m128i b) { return _mm_madd_epi16(a, b); }
+inline __m256i vmaddubs(__m256i a, __m256i b) { return _mm256_maddubs_epi16(a, b); }
+inline __m128i vmaddubs(__m128i a, __m128i b) { return _mm_maddubs_epi16(a, b); }
+inline __m256i vadd32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+inline __m128i vadd32(__m128i a, __m128i b) { return _mm_add_epi32(a, b); }
+inline __m256i vadd16(__m256i a, __m256i b) { return _mm256_add_epi16(a, b); }
+inline __m128i vadd16(__m128i a, __m128i b) { return _mm_add_epi16(a, b); }
+template <typename V> inline V vset8(char c) {
+  if constexpr (sizeof(V) == 32) return _mm256_set1_epi8(c);
+  else return _mm_set1_epi8(c);
+}
+template <typename V> inline V vset16(short c) {
+  if constexpr (sizeof(V) == 32) return _mm256_set1_epi16(c);
+  else return _mm_set1_epi16(c);
+}
+// x's vector at p (32-byte aligned): all of it, or its low 128 bits (lanes 0-3's).
+template <typename V> inline V vx(const void* p) {
+  if constexpr (sizeof(V) == 32) return _mm256_load_si256(static_cast<const __m256i*>(p));
+  else return _mm_load_si128(static_cast<const __m128i*>(p));
+}
+// The code words of lanes [0, nh) at p (the rest zero), all of them when FULL.
+template <typename V, bool FULL> inline V vcodes(const int* p, int nh) {
+  if constexpr (sizeof(V) == 32) {
+    if constexpr (FULL) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm256_maskload_epi32(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(nh), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  } else {
+    if constexpr (FULL) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm_maskload_epi32(p, _mm_cmpgt_epi32(_mm_set1_epi32(nh), _mm_setr_epi32(0, 1, 2, 3)));
+  }
+}
+inline __m256i widen(__m256i v) { return v; }
+inline __m256i widen(__m128i v) { return _mm256_zextsi128_si256(v); }
+
+// Half h of a group-lane block (ops/group_lanes.h) against x: its nh groups' sums against q
+// into *sa and against d into *sd, lane l = group 16 b + 8 h + l (zero for l >= nh), on V (8
+// lanes, or 4 when nh <= 4). step: the half's first code word (step t's words at step + t * nb
+// words, nb the block's groups); xw: the half's chunk of step 0 (step t's at xw + 2 t kXChunk).
+// The rest's int16 sums (at most 7680 a lane per step) are widened every 4 steps (wg, the
+// steps, is a multiple of 8; WG fixes it, 0: at run time). The same integers as the natural
+// order's block_sums, so the same bits.
+template <typename V, bool FULL, int WG>
+__attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64_t nb, int nh, const int16_t* xw, int64_t wg, __m256i* sa, __m256i* sd) {
+  if constexpr (WG) wg = WG;
+  const V n = vset8<V>(0x0f), m = vset16<V>(0x00ff), one = vset16<V>(1);
+  V s{}, r{};
+  for (int64_t t0 = 0; t0 < wg; t0 += 4) {
+    V r16{};
+// Not unrolled: the compiler's interleaving of 4 steps spills (Zen 1: 189 -> 217 us at the expert
+    // gate / up shape, bench_ops).
+#pragma GCC unroll 1
+    for (int64_t t = t0; t < t0 + 4; ++t) {
+      const V v = vcodes<V, FULL>(reinterpret_cast<const int*>(step + t * nb * 4), nh);
+      const int16_t* x = xw + 2 * t * kXChunk<4>;
+      const V lo = vand(v, n), hi = vand(vsrl16<4>(v), n);
+      const V a = vmadd(vand(lo, m), vx<V>(x)), b = vmadd(vand(hi, m), vx<V>(x + 16));
+      const V c = vmadd(vsrl16<8>(lo), vx<V>(x + 32)), d = vmadd(vsrl16<8>(hi), vx<V>(x + 48));
+      s = vadd32(s, vadd32(vadd32(a, b), vadd32(c, d)));
+      r16 = vadd16(r16, vadd16(vmaddubs(lo, vx<V>(x + 64)), vmaddubs(hi, vx<V>(x + 80))));
+    }
+    r = vadd32(r, vmadd(r16, one));
+  }
+  *sa = widen(s), *sd = widen(r);
+}
+
+// One half block of any width: the 128-bit form for at most 4 groups.
+template <int WG>
+__attribute__((always_inline)) inline void lanes_half_any(const uint8_t* step, int64_t nb, int nh, const int16_t* xw, int64_t wg, __m256i* sa, __m256i* sd) {
+  if (nh == 8) lanes_half<__m256i, true, WG>(step, nb, nh, xw, wg, sa, sd);
+  else if (nh == 4) lanes_half<__m128i, true, WG>(step, nb, nh, xw, wg, sa, sd);
+  else if (nh < 4) lanes_half<__m128i, false, WG>(step, nb, nh, xw, wg, sa, sd);
+  else lanes_half<__m256i, false, WG>(step, nb, nh, xw, wg, sa, sd);
+}
+
+// y[r] for one row of a 4-bit group-lane weight: words_row_dot's arithmetic, per half block.
+template <DType S, int WG>
+float lanes_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
+  const int64_t gs = w.group_size, ng = w.cols / gs, wg = gs / 8, pb = ng * int64_t(dtype_size(S));
+  const uint8_t* row = w.data + r * int64_t(w.row_bytes());
+  const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
+  const float *dx = px.dx.data(), *gsum = px.gsum.data();
+  __m256 acc = _mm256_setzero_ps(), bacc = _mm256_setzero_ps();
+  for (int64_t b = 0; 16 * b < ng; ++b) {
+    const int64_t nb = std::min<int64_t>(16, ng - 16 * b);
+    const uint8_t* blk = row + 16 * b * wg * 4;
+    for (int64_t o = 0; o < nb * wg * 4; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + o) + 2048, _MM_HINT_T0);
+    for (int64_t h = 0; h < 2 && 8 * h < nb; ++h) {
+      const int64_t g0 = 16 * b + 8 * h;
+      const int nh = int(std::min<int64_t>(8, nb - 8 * h));
+      const int16_t* xb = px.xw.data() + (b * wg * 2 + h) * kXChunk<4>;
+      __m256i sa, sd;
+      __m256 sc, bi;
+      lanes_half_any<WG>(blk + 32 * h, nb, nh, xb, wg, &sa, &sd);
+      if (nh == 8) {
+        sc = load8<S>(sp, g0), bi = load8<S>(bp, g0);
+      } else {
+        alignas(32) uint8_t st[32] = {}, bt[32] = {};
+        std::memcpy(st, sp + g0 * int64_t(dtype_size(S)), size_t(nh) * dtype_size(S));
+        std::memcpy(bt, bp + g0 * int64_t(dtype_size(S)), size_t(nh) * dtype_size(S));
+        sc = load8<S>(st, 0), bi = load8<S>(bt, 0);
+      }
+      const __m256 sdx = _mm256_mul_ps(sc, _mm256_loadu_ps(dx + g0));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), sdx, acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_mul_ps(sdx, _mm256_set1_ps(1.0f / kRestScale<4>)), acc);
+      bacc = _mm256_fmadd_ps(bi, _mm256_loadu_ps(gsum + g0), bacc);
+    }
+  }
+  return hsum(acc) + hsum(bacc);
+}
+
+template <DType S, int WG>
+void lanes_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  const size_t pb = size_t(w.cols / w.group_size) * dtype_size(S);
+  for (int64_t r = r0; r < r1; ++r) {
+    prefetch_row_params(w, r + kParamsAhead, 1, pb);
+    y[r] = lanes_row_dot<S, WG>(w, px, r);
+  }
+}
+
+template <DType S>
+void lanes_rows_wg(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  switch (w.group_size / 8) {
+    case 8: return lanes_rows<S, 8>(w, px, y, r0, r1);
+    case 16: return lanes_rows<S, 16>(w, px, y, r0, r1);
+    default: return lanes_rows<S, 0>(w, px, y, r0, r1);
+  }
+}
+
 template <int BITS, DType S, int CPG>
 void words_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   const size_t pb = size_t(w.cols / w.group_size) * dtype_size(S);  // bytes of scales per row
@@ -268,9 +434,15 @@ bool avx2_prepare_words(const QWeight& w, const float* x, PreparedX* px) {
 }
 
 void avx2_words_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
-  MF_ASSERT(px.words && px.bits == w.bits && px.cols == w.cols);  // PRECOND: x prepared for w's shape
-  if (w.group_lanes)
-    return natural_row_blocks(w, r0, r1, [&](const QWeight& v, int64_t r) { avx2_words_matvec_rows(v, px, y + r, 0, v.rows); });
+  // PRECOND: x prepared for w's shape and layout
+  MF_ASSERT(px.words && px.bits == w.bits && px.cols == w.cols && px.group_lanes == w.group_lanes);
+  if (w.group_lanes) {
+    switch (w.sdtype) {
+      case DType::F16: return lanes_rows_wg<DType::F16>(w, px, y, r0, r1);
+      case DType::BF16: return lanes_rows_wg<DType::BF16>(w, px, y, r0, r1);
+      default: return lanes_rows_wg<DType::F32>(w, px, y, r0, r1);
+    }
+  }
   if (w.bits == 4) words_rows_bits<4>(w, px, y, r0, r1);
   else words_rows_bits<8>(w, px, y, r0, r1);
 }
