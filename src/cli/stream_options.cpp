@@ -36,8 +36,8 @@ void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
               "faster start, shared page cache, slower decode");
   g->add_flag("--no-repack", a.no_repack,
               "Keep a resident pack's 4-bit weights in file order (by default they are rewritten at load "
-              "into the layout the integer decode kernels of AVX-512 VNNI and AVX2 read fastest, where those "
-              "kernels are in use)");
+              "into the layout the integer decode kernels of AVX-512 VNNI and, on AMD, AVX2 read fastest, "
+              "where those kernels are in use)");
   if (with_stats) g->add_flag("--stats", a.stats, "Print expert cache statistics to stderr");
 }
 

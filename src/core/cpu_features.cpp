@@ -93,17 +93,22 @@ std::atomic<int>& row_streams() {  // set_matvec_row_streams; 0: the default
 }
 }  // namespace
 
+bool cpu_is_amd() {
+  static const bool amd = is_amd();  // cpuid once (it traps to the hypervisor in a VM)
+  return amd;
+}
+
 int64_t matvec_codes_ahead() {
   static const int64_t bytes = [] {
     const char* e = std::getenv("MOEFLUX_CODES_AHEAD");
     if (e && *e) return std::max<int64_t>(0, std::atoll(e));
-    return is_amd() ? int64_t(2048) : int64_t(4096);
+    return cpu_is_amd() ? int64_t(2048) : int64_t(4096);
   }();
   return bytes;
 }
 
 int matvec_row_streams(bool group_lanes) {
-  static const bool amd = is_amd();  // cpuid once (it traps to the hypervisor in a VM)
+  const bool amd = cpu_is_amd();
   int rows = row_streams().load(std::memory_order_relaxed);
   if (rows == 0) rows = env_row_streams();
   if (rows != 0) return rows;

@@ -52,6 +52,10 @@ int64_t matvec_codes_ahead();
 bool matvec_row_spread();
 void set_matvec_row_spread(bool on);
 
+// Whether the CPU is AMD's (cpuid's vendor, read once): some defaults differ by vendor, from
+// measurements on both kinds of machine.
+bool cpu_is_amd();
+
 // Number of physical cores this process may run on (SMT siblings counted once), read at the
 // first call.
 int physical_core_count();
