@@ -14,6 +14,11 @@
 // kernel's ~10.6 (no int -> float conversion per code); q alone would take ~5.3 but holds x to
 // 2^-15 of m, which puts the fixture models' decode logits 1.3e-4 to 4.2e-4 from their goldens
 // (the bound is 1e-4). Tested in tests/ops/test_ops_cpu.cpp against the bound above.
+// 4-bit group-lane rows (ops/group_lanes.h) are read as they lie, a 32-bit lane per group and no
+// reduction across lanes (lanes_row_dot): the same integers per group, so the same bits, ~19%
+// faster on Zen 1 (tests/ops/test_group_lanes.cpp). Zen 1 issues one 128-bit integer multiply
+// a cycle, and the 6 ymm multiplies per 32 bytes of codes take >= 4.8 ns of the ~6 a step
+// takes (docs/benchmarks.md, twenty-first pass).
 #include <immintrin.h>
 
 #include <algorithm>
