@@ -231,6 +231,29 @@ inline void block_sums(const uint8_t* q, const int16_t* xw, int64_t cpg, __m256i
   *sa = sum_halves(qa[0], qa[1]), *sb = sum_halves(qb[0], qb[1]);
 }
 
+// The int32 sums of n <= 8 groups from g0 on against q (sa) and d (sd), lane i group g0 + i,
+// converted and scaled by scale * dx (d's also by 1 / R) into *acc, and their bias terms b *
+// gsum into *bacc; the scales and biases of a partial block through a zero-padded copy. sp, bp:
+// the row's scales and biases.
+template <int BITS, DType S>
+inline void add_block(__m256i sa, __m256i sd, const uint8_t* sp, const uint8_t* bp, int64_t g0, int n, const float* dx,
+                      const float* gsum, __m256* acc, __m256* bacc) {
+  constexpr int64_t es = S == DType::F32 ? 4 : 2;  // bytes per scale (f32, or f16 / bf16)
+  __m256 sc, bi;
+  if (n == 8) {
+    sc = load8<S>(sp, g0), bi = load8<S>(bp, g0);
+  } else {
+    alignas(32) uint8_t st[32] = {}, bt[32] = {};
+    std::memcpy(st, sp + g0 * es, size_t(n * es));
+    std::memcpy(bt, bp + g0 * es, size_t(n * es));
+    sc = load8<S>(st, 0), bi = load8<S>(bt, 0);
+  }
+  const __m256 sdx = _mm256_mul_ps(sc, _mm256_loadu_ps(dx + g0));
+  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), sdx, *acc);
+  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_mul_ps(sdx, _mm256_set1_ps(1.0f / kRestScale<BITS>)), *acc);
+  *bacc = _mm256_fmadd_ps(bi, _mm256_loadu_ps(gsum + g0), *bacc);
+}
+
 // y[r] for one row: per block of 8 groups the int32 group sums, converted and times scale *
 // dx per group, summed lane-wise in f32, and the bias terms b_g * gsum_g summed aside and added
 // last. A last partial block reads its scales and biases through a zero-padded copy. The
@@ -250,22 +273,10 @@ float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
     // The block's bytes 2 KiB ahead (the hardware prefetchers alone leave DRAM idle).
     for (int64_t o = 0; o < 8 * cpg * CB; o += 64) _mm_prefetch(reinterpret_cast<const char*>(qb + o) + 2048, _MM_HINT_T0);
     __m256i sa, sd;
-    __m256 sc, bi;
     const int16_t* xb = xw + g0 * cpg * kXChunk<BITS>;
-    if (nb == 8) {
-      block_sums<BITS, CPG, 8>(qb, xb, cpg, &sa, &sd);
-      sc = load8<S>(sp, g0), bi = load8<S>(bp, g0);
-    } else {
-      block_sums<BITS, CPG, 0>(qb, xb, cpg, &sa, &sd, nb);
-      alignas(32) uint8_t st[32] = {}, bt[32] = {};
-      std::memcpy(st, sp + g0 * int64_t(dtype_size(S)), size_t(nb) * dtype_size(S));
-      std::memcpy(bt, bp + g0 * int64_t(dtype_size(S)), size_t(nb) * dtype_size(S));
-      sc = load8<S>(st, 0), bi = load8<S>(bt, 0);
-    }
-    const __m256 sdx = _mm256_mul_ps(sc, _mm256_loadu_ps(dx + g0));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), sdx, acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_mul_ps(sdx, _mm256_set1_ps(1.0f / kRestScale<BITS>)), acc);
-    bacc = _mm256_fmadd_ps(bi, _mm256_loadu_ps(gsum + g0), bacc);
+    if (nb == 8) block_sums<BITS, CPG, 8>(qb, xb, cpg, &sa, &sd);
+    else block_sums<BITS, CPG, 0>(qb, xb, cpg, &sa, &sd, nb);
+    add_block<BITS, S>(sa, sd, sp, bp, g0, nb, dx, gsum, &acc, &bacc);
   }
   return hsum(acc) + hsum(bacc);
 }
@@ -367,20 +378,8 @@ float lanes_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
       const int nh = int(std::min<int64_t>(8, nb - 8 * h));
       const int16_t* xb = px.xw.data() + (b * wg * 2 + h) * kXChunk<4>;
       __m256i sa, sd;
-      __m256 sc, bi;
       lanes_half_any<WG>(blk + 32 * h, nb, nh, xb, wg, &sa, &sd);
-      if (nh == 8) {
-        sc = load8<S>(sp, g0), bi = load8<S>(bp, g0);
-      } else {
-        alignas(32) uint8_t st[32] = {}, bt[32] = {};
-        std::memcpy(st, sp + g0 * int64_t(dtype_size(S)), size_t(nh) * dtype_size(S));
-        std::memcpy(bt, bp + g0 * int64_t(dtype_size(S)), size_t(nh) * dtype_size(S));
-        sc = load8<S>(st, 0), bi = load8<S>(bt, 0);
-      }
-      const __m256 sdx = _mm256_mul_ps(sc, _mm256_loadu_ps(dx + g0));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), sdx, acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_mul_ps(sdx, _mm256_set1_ps(1.0f / kRestScale<4>)), acc);
-      bacc = _mm256_fmadd_ps(bi, _mm256_loadu_ps(gsum + g0), bacc);
+      add_block<4, S>(sa, sd, sp, bp, g0, nh, dx, gsum, &acc, &bacc);
     }
   }
   return hsum(acc) + hsum(bacc);
