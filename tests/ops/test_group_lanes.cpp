@@ -165,7 +165,8 @@ TEST(GroupLanes, IntegerMatvecReadsTheLayout) {
 
 // The AVX2 integer matvec reads the layout itself too: x prepared in group-lane order (half
 // blocks of 8 groups), and the same integer sums per group as in natural order, so the same bits
-// (partial blocks of 12 and 1 groups, group sizes 64 and 128; 32 takes the float path).
+// (partial blocks of 12 and 1 groups, whose last half runs two rows at once, group sizes 64 and
+// 128; 32 takes the float path).
 TEST(GroupLanes, Avx2IntegerMatvecReadsTheLayout) {
   if (cpu_isa_detected() < CpuIsa::Avx2) GTEST_SKIP() << "no AVX2";
   const cpu::Kernels& k = cpu::kernels_avx2();
@@ -187,11 +188,13 @@ TEST(GroupLanes, Avx2IntegerMatvecReadsTheLayout) {
       EXPECT_EQ(y, yn) << o.name();
       matvec_ref(o.w, x.data(), want.data());
       EXPECT_LE(test::rel_l2(y, want), 1e-5) << o.name();
-      // Row ranges split anywhere: the same bits.
-      std::vector<float> z(y.size(), NAN);
-      k.matvec_rows(l.w, pl, z.data(), 0, s.rows / 2);
-      k.matvec_rows(l.w, pl, z.data(), s.rows / 2, s.rows);
-      EXPECT_EQ(z, y) << o.name();
+      // Row ranges split anywhere (rows read in pairs or alone): the same bits.
+      for (int64_t cut : {int64_t(1), s.rows / 2}) {
+        std::vector<float> z(y.size(), NAN);
+        k.matvec_rows(l.w, pl, z.data(), 0, cut);
+        k.matvec_rows(l.w, pl, z.data(), cut, s.rows);
+        EXPECT_EQ(z, y) << o.name() << " cut " << cut;
+      }
     }
 }
 

@@ -231,32 +231,53 @@ inline void block_sums(const uint8_t* q, const int16_t* xw, int64_t cpg, __m256i
   *sa = sum_halves(qa[0], qa[1]), *sb = sum_halves(qb[0], qb[1]);
 }
 
-// The int32 sums of n <= 8 groups from g0 on against q (sa) and d (sd), lane i group g0 + i,
-// converted and scaled by scale * dx (d's also by 1 / R) into *acc, and their bias terms b *
-// gsum into *bacc; the scales and biases of a partial block through a zero-padded copy. sp, bp:
-// the row's scales and biases.
-template <int BITS, DType S>
-inline void add_block(__m256i sa, __m256i sd, const uint8_t* sp, const uint8_t* bp, int64_t g0, int n, const float* dx,
-                      const float* gsum, __m256* acc, __m256* bacc) {
+// The scales (*sc) and biases (*bi) of n <= 8 groups from g0 on (lanes >= n zero): all 8, or
+// for a partial block the row's last 8 moved down by 8 - n lanes (a copy through the stack would
+// stall its load on the narrower stores: ~13% of a 2048 x 768 matvec on Zen 3), or where the row
+// has fewer than 8 a zero-padded copy. sp, bp: the row's scales and biases.
+template <DType S>
+inline void load_params(const uint8_t* sp, const uint8_t* bp, int64_t g0, int n, __m256* sc, __m256* bi) {
   constexpr int64_t es = S == DType::F32 ? 4 : 2;  // bytes per scale (f32, or f16 / bf16)
-  __m256 sc, bi;
   if (n == 8) {
-    sc = load8<S>(sp, g0), bi = load8<S>(bp, g0);
+    *sc = load8<S>(sp, g0), *bi = load8<S>(bp, g0);
+  } else if (g0 + n >= 8) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i idx = _mm256_add_epi32(iota, _mm256_set1_epi32(8 - n));
+    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), iota));
+    *sc = _mm256_and_ps(_mm256_permutevar8x32_ps(load8<S>(sp, g0 + n - 8), idx), keep);
+    *bi = _mm256_and_ps(_mm256_permutevar8x32_ps(load8<S>(bp, g0 + n - 8), idx), keep);
   } else {
     alignas(32) uint8_t st[32] = {}, bt[32] = {};
     std::memcpy(st, sp + g0 * es, size_t(n * es));
     std::memcpy(bt, bp + g0 * es, size_t(n * es));
-    sc = load8<S>(st, 0), bi = load8<S>(bt, 0);
+    *sc = load8<S>(st, 0), *bi = load8<S>(bt, 0);
   }
-  const __m256 sdx = _mm256_mul_ps(sc, _mm256_loadu_ps(dx + g0));
+}
+
+// The int32 sums of 8 lanes against q (sa) and d (sd), converted and scaled by sc * dxv (d's
+// also by 1 / R) into *acc, and the bias terms bi * gsv into *bacc (lanes whose sc and bi are
+// zero leave theirs as they were).
+template <int BITS>
+inline void add_sums(__m256i sa, __m256i sd, __m256 sc, __m256 bi, __m256 dxv, __m256 gsv, __m256* acc, __m256* bacc) {
+  const __m256 sdx = _mm256_mul_ps(sc, dxv);
   *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), sdx, *acc);
   *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_mul_ps(sdx, _mm256_set1_ps(1.0f / kRestScale<BITS>)), *acc);
-  *bacc = _mm256_fmadd_ps(bi, _mm256_loadu_ps(gsum + g0), *bacc);
+  *bacc = _mm256_fmadd_ps(bi, gsv, *bacc);
+}
+
+// The sums of n <= 8 groups from g0 on, lane i group g0 + i, into *acc and *bacc (add_sums),
+// with the row's scales and biases at sp, bp.
+template <int BITS, DType S>
+inline void add_block(__m256i sa, __m256i sd, const uint8_t* sp, const uint8_t* bp, int64_t g0, int n, const float* dx,
+                      const float* gsum, __m256* acc, __m256* bacc) {
+  __m256 sc, bi;
+  load_params<S>(sp, bp, g0, n, &sc, &bi);
+  add_sums<BITS>(sa, sd, sc, bi, _mm256_loadu_ps(dx + g0), _mm256_loadu_ps(gsum + g0), acc, bacc);
 }
 
 // y[r] for one row: per block of 8 groups the int32 group sums, converted and times scale *
 // dx per group, summed lane-wise in f32, and the bias terms b_g * gsum_g summed aside and added
-// last. A last partial block reads its scales and biases through a zero-padded copy. The
+// last (add_block). The
 // arithmetic of a row does not depend on the rows around it.
 template <int BITS, DType S, int CPG>
 float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
@@ -318,6 +339,20 @@ template <typename V, bool FULL> inline V vcodes(const int* p, int nh) {
     return _mm_maskload_epi32(p, _mm_cmpgt_epi32(_mm_set1_epi32(nh), _mm_setr_epi32(0, 1, 2, 3)));
   }
 }
+// PAIR: the 4-lane form of two rows rb bytes apart side by side, row r's lanes 0-3 and row r +
+// 1's lanes 4-7 (codes), against x's lanes 0-3 in both halves (lx).
+template <typename V, bool FULL, bool PAIR> inline V lcodes(const int* p, int64_t rb, int nh) {
+  if constexpr (PAIR) {
+    const int* p1 = reinterpret_cast<const int*>(reinterpret_cast<const uint8_t*>(p) + rb);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(vcodes<__m128i, FULL>(p, nh)), vcodes<__m128i, FULL>(p1, nh), 1);
+  } else {
+    return vcodes<V, FULL>(p, nh);
+  }
+}
+template <typename V, bool PAIR> inline V lx(const int16_t* p) {
+  if constexpr (PAIR) return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+  else return vx<V>(p);
+}
 inline __m256i widen(__m256i v) { return v; }
 inline __m256i widen(__m128i v) { return _mm256_zextsi128_si256(v); }
 
@@ -325,11 +360,13 @@ inline __m256i widen(__m128i v) { return _mm256_zextsi128_si256(v); }
 // into *sa and against d into *sd, lane l = group 16 b + 8 h + l (zero for l >= nh), on V (8
 // lanes, or 4 when nh <= 4). step: the half's first code word (step t's words at step + t * nb
 // words, nb the block's groups); xw: the half's chunk of step 0 (step t's at xw + 2 t kXChunk).
+// PAIR (nh <= 4): rows r and r + 1 (rb bytes on) at once, lanes 4-7 row r + 1's groups.
 // The rest's int16 sums (at most 7680 a lane per step) are widened every 4 steps (wg, the
 // steps, is a multiple of 8; WG fixes it, 0: at run time). The same integers as the natural
 // order's block_sums, so the same bits.
-template <typename V, bool FULL, int WG>
-__attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64_t nb, int nh, const int16_t* xw, int64_t wg, __m256i* sa, __m256i* sd) {
+template <typename V, bool FULL, int WG, bool PAIR = false>
+__attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64_t nb, int nh, const int16_t* xw, int64_t wg, __m256i* sa, __m256i* sd,
+                                                      int64_t rb = 0) {
   if constexpr (WG) wg = WG;
   const V n = vset8<V>(0x0f), m = vset16<V>(0x00ff), one = vset16<V>(1);
   V s{}, r{};
@@ -339,13 +376,13 @@ __attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64
     // gate / up shape, bench_ops).
 #pragma GCC unroll 1
     for (int64_t t = t0; t < t0 + 4; ++t) {
-      const V v = vcodes<V, FULL>(reinterpret_cast<const int*>(step + t * nb * 4), nh);
+      const V v = lcodes<V, FULL, PAIR>(reinterpret_cast<const int*>(step + t * nb * 4), rb, nh);
       const int16_t* x = xw + 2 * t * kXChunk<4>;
       const V lo = vand(v, n), hi = vand(vsrl16<4>(v), n);
-      const V a = vmadd(vand(lo, m), vx<V>(x)), b = vmadd(vand(hi, m), vx<V>(x + 16));
-      const V c = vmadd(vsrl16<8>(lo), vx<V>(x + 32)), d = vmadd(vsrl16<8>(hi), vx<V>(x + 48));
+      const V a = vmadd(vand(lo, m), lx<V, PAIR>(x)), b = vmadd(vand(hi, m), lx<V, PAIR>(x + 16));
+      const V c = vmadd(vsrl16<8>(lo), lx<V, PAIR>(x + 32)), d = vmadd(vsrl16<8>(hi), lx<V, PAIR>(x + 48));
       s = vadd32(s, vadd32(vadd32(a, b), vadd32(c, d)));
-      r16 = vadd16(r16, vadd16(vmaddubs(lo, vx<V>(x + 64)), vmaddubs(hi, vx<V>(x + 80))));
+      r16 = vadd16(r16, vadd16(vmaddubs(lo, lx<V, PAIR>(x + 64)), vmaddubs(hi, lx<V, PAIR>(x + 80))));
     }
     r = vadd32(r, vmadd(r16, one));
   }
@@ -385,10 +422,65 @@ float lanes_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
   return hsum(acc) + hsum(bacc);
 }
 
+// y[r] and y[r + 1] where a half block holds at most 4 groups (ng % 16 in 1-4 or 9-12, as the
+// 12 groups of a 2048 x 768 down projection): lanes_row_dot's arithmetic for each row, but
+// those halves of the two rows run side by side in one 8-lane vector (Zen 3 runs a 128-bit op
+// at the cost of a 256-bit one: 102 -> 91 us at that shape, bench_ops) and their scaled sums
+// are added lane for lane into each row's accumulators, so the same bits as row by row.
+template <DType S, int WG>
+void lanes_pair_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y) {
+  const int64_t gs = w.group_size, ng = w.cols / gs, wg = gs / 8, pb = ng * int64_t(dtype_size(S));
+  const int64_t rb = int64_t(w.row_bytes());
+  const uint8_t* row = w.data + r * rb;
+  const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
+  const float *dx = px.dx.data(), *gsum = px.gsum.data();
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, bacc[2] = {acc[0], acc[0]};
+  for (int64_t b = 0; 16 * b < ng; ++b) {
+    const int64_t nb = std::min<int64_t>(16, ng - 16 * b);
+    const uint8_t* blk = row + 16 * b * wg * 4;
+    for (int64_t o = 0; o < nb * wg * 4; o += 64)
+      for (int i = 0; i < 2; ++i) _mm_prefetch(reinterpret_cast<const char*>(blk + i * rb + o) + 2048, _MM_HINT_T0);
+    for (int64_t h = 0; h < 2 && 8 * h < nb; ++h) {
+      const int64_t g0 = 16 * b + 8 * h;
+      const int nh = int(std::min<int64_t>(8, nb - 8 * h));
+      const int16_t* xb = px.xw.data() + (b * wg * 2 + h) * kXChunk<4>;
+      __m256i sa, sd;
+      if (nh > 4) {
+        for (int i = 0; i < 2; ++i) {
+          lanes_half_any<WG>(blk + i * rb + 32 * h, nb, nh, xb, wg, &sa, &sd);
+          add_block<4, S>(sa, sd, sp + i * pb, bp + i * pb, g0, nh, dx, gsum, &acc[i], &bacc[i]);
+        }
+        continue;
+      }
+      if (nh == 4) lanes_half<__m256i, true, WG, true>(blk + 32 * h, nb, nh, xb, wg, &sa, &sd, rb);
+      else lanes_half<__m256i, false, WG, true>(blk + 32 * h, nb, nh, xb, wg, &sa, &sd, rb);
+      __m256 sc0, bi0, sc1, bi1;
+      load_params<S>(sp, bp, g0, nh, &sc0, &bi0);
+      load_params<S>(sp + pb, bp + pb, g0, nh, &sc1, &bi1);
+      __m256 ca = _mm256_permute2f128_ps(acc[0], acc[1], 0x20), cb = _mm256_permute2f128_ps(bacc[0], bacc[1], 0x20);
+      add_sums<4>(sa, sd, _mm256_permute2f128_ps(sc0, sc1, 0x20), _mm256_permute2f128_ps(bi0, bi1, 0x20),
+                  _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dx + g0)),
+                  _mm256_broadcast_ps(reinterpret_cast<const __m128*>(gsum + g0)), &ca, &cb);
+      acc[0] = _mm256_blend_ps(acc[0], ca, 0x0f), bacc[0] = _mm256_blend_ps(bacc[0], cb, 0x0f);
+      acc[1] = _mm256_blend_ps(acc[1], _mm256_permute2f128_ps(ca, ca, 0x01), 0x0f);
+      bacc[1] = _mm256_blend_ps(bacc[1], _mm256_permute2f128_ps(cb, cb, 0x01), 0x0f);
+    }
+  }
+  y[r] = hsum(acc[0]) + hsum(bacc[0]);
+  y[r + 1] = hsum(acc[1]) + hsum(bacc[1]);
+}
+
 template <DType S, int WG>
 void lanes_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
-  const size_t pb = size_t(w.cols / w.group_size) * dtype_size(S);
-  for (int64_t r = r0; r < r1; ++r) {
+  const int64_t ng = w.cols / w.group_size, tail = ng % 16;
+  const size_t pb = size_t(ng) * dtype_size(S);
+  int64_t r = r0;
+  if ((tail >= 1 && tail <= 4) || (tail >= 9 && tail <= 12))
+    for (; r + 2 <= r1; r += 2) {
+      prefetch_row_params(w, r + kParamsAhead, 2, pb);
+      lanes_pair_dot<S, WG>(w, px, r, y);
+    }
+  for (; r < r1; ++r) {
     prefetch_row_params(w, r + kParamsAhead, 1, pb);
     y[r] = lanes_row_dot<S, WG>(w, px, r);
   }
