@@ -259,9 +259,8 @@ inline void load_params(const uint8_t* sp, const uint8_t* bp, int64_t g0, int n,
 // zero leave theirs as they were).
 template <int BITS>
 inline void add_sums(__m256i sa, __m256i sd, __m256 sc, __m256 bi, __m256 dxv, __m256 gsv, __m256* acc, __m256* bacc) {
-  const __m256 sdx = _mm256_mul_ps(sc, dxv);
-  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), sdx, *acc);
-  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_mul_ps(sdx, _mm256_set1_ps(1.0f / kRestScale<BITS>)), *acc);
+  const __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_set1_ps(1.0f / kRestScale<BITS>), _mm256_cvtepi32_ps(sa));
+  *acc = _mm256_fmadd_ps(t, _mm256_mul_ps(sc, dxv), *acc);
   *bacc = _mm256_fmadd_ps(bi, gsv, *bacc);
 }
 
