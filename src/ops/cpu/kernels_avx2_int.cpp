@@ -388,10 +388,13 @@ __attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64
   *sa = widen(s), *sd = widen(r);
 }
 
-// Both halves of a full block (16 groups) in one pass over its steps: lanes_half's arithmetic
-// for each, so the same integers, with half the loop's overhead per step.
+// Two full halves (8 groups each) in one pass over their steps, lanes_half's arithmetic for
+// each (so the same integers) with half the loop's overhead per step: half i's step t words at
+// p[i] + t * stride, its x chunk of step 0 at x[i] (step t's at x[i] + 2 t kXChunk). Both halves
+// of a full block (stride 64), or the same half of two rows.
 template <int WG>
-__attribute__((always_inline)) inline void lanes_block16(const uint8_t* blk, const int16_t* xw, int64_t wg, __m256i* sa, __m256i* sd) {
+__attribute__((always_inline)) inline void lanes_two(const uint8_t* const p[2], int64_t stride, const int16_t* const x[2], int64_t wg, __m256i* sa,
+                                                     __m256i* sd) {
   if constexpr (WG) wg = WG;
   const __m256i n = _mm256_set1_epi8(0x0f), m = _mm256_set1_epi16(0x00ff), one = _mm256_set1_epi16(1);
   __m256i s[2] = {}, r[2] = {};
@@ -400,14 +403,14 @@ __attribute__((always_inline)) inline void lanes_block16(const uint8_t* blk, con
 #pragma GCC unroll 1
     for (int64_t t = t0; t < t0 + 4; ++t) {
 #pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + t * 64 + 32 * h));
-        const int16_t* x = xw + (2 * t + h) * kXChunk<4>;
+      for (int i = 0; i < 2; ++i) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i] + t * stride));
+        const int16_t* xt = x[i] + 2 * t * kXChunk<4>;
         const __m256i lo = vand(v, n), hi = vand(vsrl16<4>(v), n);
-        const __m256i a = vmadd(vand(lo, m), vx<__m256i>(x)), b = vmadd(vand(hi, m), vx<__m256i>(x + 16));
-        const __m256i c = vmadd(vsrl16<8>(lo), vx<__m256i>(x + 32)), d = vmadd(vsrl16<8>(hi), vx<__m256i>(x + 48));
-        s[h] = vadd32(s[h], vadd32(vadd32(a, b), vadd32(c, d)));
-        r16[h] = vadd16(r16[h], vadd16(vmaddubs(lo, vx<__m256i>(x + 64)), vmaddubs(hi, vx<__m256i>(x + 80))));
+        const __m256i a = vmadd(vand(lo, m), vx<__m256i>(xt)), b = vmadd(vand(hi, m), vx<__m256i>(xt + 16));
+        const __m256i c = vmadd(vsrl16<8>(lo), vx<__m256i>(xt + 32)), d = vmadd(vsrl16<8>(hi), vx<__m256i>(xt + 48));
+        s[i] = vadd32(s[i], vadd32(vadd32(a, b), vadd32(c, d)));
+        r16[i] = vadd16(r16[i], vadd16(vmaddubs(lo, vx<__m256i>(xt + 64)), vmaddubs(hi, vx<__m256i>(xt + 80))));
       }
     }
     r[0] = vadd32(r[0], vmadd(r16[0], one)), r[1] = vadd32(r[1], vmadd(r16[1], one));
@@ -438,7 +441,10 @@ float lanes_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
     for (int64_t o = 0; o < nb * wg * 4; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + o) + 2048, _MM_HINT_T0);
     if (nb == 16) {
       __m256i sa[2], sd[2];
-      lanes_block16<WG>(blk, px.xw.data() + b * wg * 2 * kXChunk<4>, wg, sa, sd);
+      const int16_t* xb = px.xw.data() + b * wg * 2 * kXChunk<4>;
+      const uint8_t* const ps[2] = {blk, blk + 32};
+      const int16_t* const xs[2] = {xb, xb + kXChunk<4>};
+      lanes_two<WG>(ps, 64, xs, wg, sa, sd);
       add_block<4, S>(sa[0], sd[0], sp, bp, 16 * b, 8, dx, gsum, &acc, &bacc);
       add_block<4, S>(sa[1], sd[1], sp, bp, 16 * b + 8, 8, dx, gsum, &acc, &bacc);
       continue;
@@ -478,6 +484,14 @@ void lanes_pair_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y) 
       const int nh = int(std::min<int64_t>(8, nb - 8 * h));
       const int16_t* xb = px.xw.data() + (b * wg * 2 + h) * kXChunk<4>;
       __m256i sa, sd;
+      if (nh == 8) {  // this half of both rows in one pass
+        __m256i s2[2], d2[2];
+        const uint8_t* const ps[2] = {blk + 32 * h, blk + rb + 32 * h};
+        const int16_t* const xs[2] = {xb, xb};
+        lanes_two<WG>(ps, nb * 4, xs, wg, s2, d2);
+        for (int i = 0; i < 2; ++i) add_block<4, S>(s2[i], d2[i], sp + i * pb, bp + i * pb, g0, nh, dx, gsum, &acc[i], &bacc[i]);
+        continue;
+      }
       if (nh > 4) {
         for (int i = 0; i < 2; ++i) {
           lanes_half_any<WG>(blk + i * rb + 32 * h, nb, nh, xb, wg, &sa, &sd);
