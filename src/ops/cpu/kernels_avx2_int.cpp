@@ -256,9 +256,9 @@ inline void load_params(const uint8_t* sp, const uint8_t* bp, int64_t g0, int n,
   }
 }
 
-// The int32 sums of 8 lanes against q (sa) and d (sd), converted and scaled by sc * dxv (d's
-// also by 1 / R) into *acc, and the bias terms bi * gsv into *bacc (lanes whose sc and bi are
-// zero leave theirs as they were).
+// The int32 sums of 8 lanes against q (sa) and d (sd), summed as sa + sd / R in f32 and scaled
+// by sc * dxv into *acc (one FMA on the accumulator), and the bias terms bi * gsv into *bacc
+// (lanes whose sc and bi are zero leave theirs as they were).
 template <int BITS>
 inline void add_sums(__m256i sa, __m256i sd, __m256 sc, __m256 bi, __m256 dxv, __m256 gsv, __m256* acc, __m256* bacc) {
   const __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sd), _mm256_set1_ps(1.0f / kRestScale<BITS>), _mm256_cvtepi32_ps(sa));
@@ -278,8 +278,7 @@ inline void add_block(__m256i sa, __m256i sd, const uint8_t* sp, const uint8_t* 
 
 // y[r] for one row: per block of 8 groups the int32 group sums, converted and times scale *
 // dx per group, summed lane-wise in f32, and the bias terms b_g * gsum_g summed aside and added
-// last (add_block). The
-// arithmetic of a row does not depend on the rows around it.
+// last (add_block). The arithmetic of a row does not depend on the rows around it.
 template <int BITS, DType S, int CPG>
 float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
   constexpr int64_t CH = kChunkCodes<BITS>, CB = CH * BITS / 8;  // codes and bytes per chunk
