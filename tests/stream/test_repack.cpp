@@ -80,12 +80,12 @@ TEST(Repack, OnlyResidentPacksAndAutoOnlyWhereReadNatively) {
   const std::string pack = test::fixture_pack("qwen3_moe/q4");
   EXPECT_EQ(load_model(pack, MapMode::Map, Repack::On)->repacked_tensors, 0);
   EXPECT_EQ(load_model(test::fixture_dir("qwen3_moe/q4"), MapMode::Resident, Repack::On)->repacked_tensors, 0);
+  auto reads_layout = [](CpuIsa isa) { return isa == CpuIsa::Avx512Vnni || (isa == CpuIsa::Avx2 && cpu_is_amd()); };
   for (CpuIsa isa : test::cpu_isas_available()) {
     ScopedCpuIsa scope(isa);
-    const bool native = isa == CpuIsa::Avx512Vnni || (isa == CpuIsa::Avx2 && cpu_is_amd());
-    EXPECT_EQ(load_model(pack, MapMode::Resident, Repack::Auto)->repacked_tensors > 0, native) << cpu_isa_name(isa);
+    EXPECT_EQ(load_model(pack, MapMode::Resident, Repack::Auto)->repacked_tensors > 0, reads_layout(isa)) << cpu_isa_name(isa);
   }
-  const bool native = cpu_isa_default() == CpuIsa::Avx512Vnni || (cpu_isa_default() == CpuIsa::Avx2 && cpu_is_amd());
+  const bool native = reads_layout(cpu_isa_default());
   ScopedCpuIsa scope(cpu_isa_default());
   StreamOptions o;
   o.repack = Repack::Off;

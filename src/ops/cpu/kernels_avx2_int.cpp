@@ -155,30 +155,91 @@ bool prepare_words_bits(const QWeight& w, const float* x, PreparedX* px) {
   return true;
 }
 
-inline __m256i xv(const int16_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+// The integer ops of nibble_dot at 256 and 128 bits (a group-lane half block of at most 4
+// groups runs on 128: half the work on Zen 1's 128-bit units).
+inline __m256i vand(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
+inline __m128i vand(__m128i a, __m128i b) { return _mm_and_si128(a, b); }
+template <int N> inline __m256i vsrl16(__m256i a) { return _mm256_srli_epi16(a, N); }
+template <int N> inline __m128i vsrl16(__m128i a) { return _mm_srli_epi16(a, N); }
+inline __m256i vmadd(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
+inline __m128i vmadd(__m128i a, __m128i b) { return _mm_madd_epi16(a, b); }
+inline __m256i vmaddubs(__m256i a, __m256i b) { return _mm256_maddubs_epi16(a, b); }
+inline __m128i vmaddubs(__m128i a, __m128i b) { return _mm_maddubs_epi16(a, b); }
+inline __m256i vadd32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+inline __m128i vadd32(__m128i a, __m128i b) { return _mm_add_epi32(a, b); }
+inline __m256i vadd16(__m256i a, __m256i b) { return _mm256_add_epi16(a, b); }
+inline __m128i vadd16(__m128i a, __m128i b) { return _mm_add_epi16(a, b); }
+template <typename V> inline V vset8(char c) {
+  if constexpr (sizeof(V) == 32) return _mm256_set1_epi8(c);
+  else return _mm_set1_epi8(c);
+}
+template <typename V> inline V vset16(short c) {
+  if constexpr (sizeof(V) == 32) return _mm256_set1_epi16(c);
+  else return _mm_set1_epi16(c);
+}
+// x's vector at p (32-byte aligned): all of it, or its low 128 bits (lanes 0-3's).
+template <typename V> inline V vx(const void* p) {
+  if constexpr (sizeof(V) == 32) return _mm256_load_si256(static_cast<const __m256i*>(p));
+  else return _mm_load_si128(static_cast<const __m128i*>(p));
+}
+// The code words of lanes [0, nh) at p (the rest zero), all of them when FULL.
+template <typename V, bool FULL> inline V vcodes(const int* p, int nh) {
+  if constexpr (sizeof(V) == 32) {
+    if constexpr (FULL) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm256_maskload_epi32(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(nh), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  } else {
+    if constexpr (FULL) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm_maskload_epi32(p, _mm_cmpgt_epi32(_mm_set1_epi32(nh), _mm_setr_epi32(0, 1, 2, 3)));
+  }
+}
+// PAIR: the 4-lane form of two rows rb bytes apart side by side, row r's lanes 0-3 and row r +
+// 1's lanes 4-7 (codes), against x's lanes 0-3 in both halves (lx).
+template <typename V, bool FULL, bool PAIR> inline V lcodes(const int* p, int64_t rb, int nh) {
+  if constexpr (PAIR) {
+    const int* p1 = reinterpret_cast<const int*>(reinterpret_cast<const uint8_t*>(p) + rb);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(vcodes<__m128i, FULL>(p, nh)), vcodes<__m128i, FULL>(p1, nh), 1);
+  } else {
+    return vcodes<V, FULL>(p, nh);
+  }
+}
+template <typename V, bool PAIR> inline V lx(const int16_t* p) {
+  if constexpr (PAIR) return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+  else return vx<V>(p);
+}
+inline __m256i widen(__m256i v) { return v; }
+inline __m256i widen(__m128i v) { return _mm256_zextsi128_si256(v); }
+
+// One 32-byte chunk (or its low 16 bytes, on V = __m128i) of 4-bit codes v against x's chunk
+// (kXChunk<4> int16: q then d; PAIR: x's lanes 0-3 in both halves, lx): the int32 lane sums
+// against q (vpmaddwd of codes k of each word and q vector k; the nibbles of each byte, lo and
+// hi, serve both parts: a word of lo holds codes 0 and 2 of the word, hi codes 1 and 3), and
+// the int16 lane sums against d (vpmaddubsw of the nibbles; at most 4 codes < 16 times |d| <=
+// 128 a lane: 7680).
+template <typename V, bool PAIR = false>
+__attribute__((always_inline)) inline void nibble_dot(V v, const int16_t* x, V* q32, V* d16) {
+  const V n = vset8<V>(0x0f), m = vset16<V>(0x00ff);
+  const V lo = vand(v, n), hi = vand(vsrl16<4>(v), n);
+  const V a = vmadd(vand(lo, m), lx<V, PAIR>(x)), b = vmadd(vand(hi, m), lx<V, PAIR>(x + 16));
+  const V c = vmadd(vsrl16<8>(lo), lx<V, PAIR>(x + 32)), d = vmadd(vsrl16<8>(hi), lx<V, PAIR>(x + 48));
+  *q32 = vadd32(vadd32(a, b), vadd32(c, d));
+  *d16 = vadd16(vmaddubs(lo, lx<V, PAIR>(x + 64)), vmaddubs(hi, lx<V, PAIR>(x + 80)));
+}
 
 // The int32 lane sums of one chunk against q (sum over k of vpmaddwd(codes k of each word, q
 // vector k)) and against d (vpmaddubsw of the code bytes, or nibbles, and d, widened), added to
-// *s and *r. 4-bit: the nibbles of each byte (lo, hi) serve both: a word of lo holds codes 0
-// and 2 of the word, hi codes 1 and 3.
+// *s and *r. 4-bit: nibble_dot.
 template <int BITS>
 inline void chunk_dot(__m256i v, const int16_t* xw, __m256i* s, __m256i* r) {
-  const __m256i* xd = reinterpret_cast<const __m256i*>(xw + kChunkCodes<BITS>);
   const __m256i one = _mm256_set1_epi16(1);
   if constexpr (BITS == 4) {
-    const __m256i n = _mm256_set1_epi8(0x0f), m = _mm256_set1_epi16(0x00ff);
-    const __m256i lo = _mm256_and_si256(v, n), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), n);
-    const __m256i a = _mm256_madd_epi16(_mm256_and_si256(lo, m), xv(xw));
-    const __m256i b = _mm256_madd_epi16(_mm256_and_si256(hi, m), xv(xw + 16));
-    const __m256i c = _mm256_madd_epi16(_mm256_srli_epi16(lo, 8), xv(xw + 32));
-    const __m256i d = _mm256_madd_epi16(_mm256_srli_epi16(hi, 8), xv(xw + 48));
-    *s = _mm256_add_epi32(*s, _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d)));
-    // per int16 lane at most 4 codes < 16 times |d| <= 128: 7680
-    const __m256i e = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256(xd)), _mm256_maddubs_epi16(hi, _mm256_load_si256(xd + 1)));
-    *r = _mm256_add_epi32(*r, _mm256_madd_epi16(e, one));
+    __m256i q32, d16;
+    nibble_dot(v, xw, &q32, &d16);
+    *s = _mm256_add_epi32(*s, q32);
+    *r = _mm256_add_epi32(*r, _mm256_madd_epi16(d16, one));
   } else {
-    const __m256i a = _mm256_madd_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x00ff)), xv(xw));
-    *s = _mm256_add_epi32(*s, _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_srli_epi16(v, 8), xv(xw + 16))));
+    const __m256i* xd = reinterpret_cast<const __m256i*>(xw + kChunkCodes<BITS>);
+    const __m256i a = _mm256_madd_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x00ff)), vx<__m256i>(xw));
+    *s = _mm256_add_epi32(*s, _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_srli_epi16(v, 8), vx<__m256i>(xw + 16))));
     // per int16 lane 2 codes < 256 times |d| <= 64: 32640, inside vpmaddubsw's saturation
     *r = _mm256_add_epi32(*r, _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_load_si256(xd)), one));
   }
@@ -302,87 +363,29 @@ float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
   return hsum(acc) + hsum(bacc);
 }
 
-// The integer ops of lanes_half at 256 and 128 bits (a half block of at most 4 groups runs on
-// 128: half the work on Zen 1's 128-bit units).
-inline __m256i vand(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
-inline __m128i vand(__m128i a, __m128i b) { return _mm_and_si128(a, b); }
-template <int N> inline __m256i vsrl16(__m256i a) { return _mm256_srli_epi16(a, N); }
-template <int N> inline __m128i vsrl16(__m128i a) { return _mm_srli_epi16(a, N); }
-inline __m256i vmadd(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
-inline __m128i vmadd(__m128i a, __m128i b) { return _mm_madd_epi16(a, b); }
-inline __m256i vmaddubs(__m256i a, __m256i b) { return _mm256_maddubs_epi16(a, b); }
-inline __m128i vmaddubs(__m128i a, __m128i b) { return _mm_maddubs_epi16(a, b); }
-inline __m256i vadd32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
-inline __m128i vadd32(__m128i a, __m128i b) { return _mm_add_epi32(a, b); }
-inline __m256i vadd16(__m256i a, __m256i b) { return _mm256_add_epi16(a, b); }
-inline __m128i vadd16(__m128i a, __m128i b) { return _mm_add_epi16(a, b); }
-template <typename V> inline V vset8(char c) {
-  if constexpr (sizeof(V) == 32) return _mm256_set1_epi8(c);
-  else return _mm_set1_epi8(c);
-}
-template <typename V> inline V vset16(short c) {
-  if constexpr (sizeof(V) == 32) return _mm256_set1_epi16(c);
-  else return _mm_set1_epi16(c);
-}
-// x's vector at p (32-byte aligned): all of it, or its low 128 bits (lanes 0-3's).
-template <typename V> inline V vx(const void* p) {
-  if constexpr (sizeof(V) == 32) return _mm256_load_si256(static_cast<const __m256i*>(p));
-  else return _mm_load_si128(static_cast<const __m128i*>(p));
-}
-// The code words of lanes [0, nh) at p (the rest zero), all of them when FULL.
-template <typename V, bool FULL> inline V vcodes(const int* p, int nh) {
-  if constexpr (sizeof(V) == 32) {
-    if constexpr (FULL) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm256_maskload_epi32(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(nh), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-  } else {
-    if constexpr (FULL) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm_maskload_epi32(p, _mm_cmpgt_epi32(_mm_set1_epi32(nh), _mm_setr_epi32(0, 1, 2, 3)));
-  }
-}
-// PAIR: the 4-lane form of two rows rb bytes apart side by side, row r's lanes 0-3 and row r +
-// 1's lanes 4-7 (codes), against x's lanes 0-3 in both halves (lx).
-template <typename V, bool FULL, bool PAIR> inline V lcodes(const int* p, int64_t rb, int nh) {
-  if constexpr (PAIR) {
-    const int* p1 = reinterpret_cast<const int*>(reinterpret_cast<const uint8_t*>(p) + rb);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(vcodes<__m128i, FULL>(p, nh)), vcodes<__m128i, FULL>(p1, nh), 1);
-  } else {
-    return vcodes<V, FULL>(p, nh);
-  }
-}
-template <typename V, bool PAIR> inline V lx(const int16_t* p) {
-  if constexpr (PAIR) return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
-  else return vx<V>(p);
-}
-inline __m256i widen(__m256i v) { return v; }
-inline __m256i widen(__m128i v) { return _mm256_zextsi128_si256(v); }
-
 // Half h of a group-lane block (ops/group_lanes.h) against x: its nh groups' sums against q
 // into *sa and against d into *sd, lane l = group 16 b + 8 h + l (zero for l >= nh), on V (8
 // lanes, or 4 when nh <= 4). step: the half's first code word (step t's words at step + t * nb
 // words, nb the block's groups); xw: the half's chunk of step 0 (step t's at xw + 2 t kXChunk).
 // PAIR (nh <= 4): rows r and r + 1 (rb bytes on) at once, lanes 4-7 row r + 1's groups.
-// The rest's int16 sums (at most 7680 a lane per step) are widened every 4 steps (wg, the
+// The rest's int16 sums (nibble_dot's, at most 7680 a lane per step) are widened every 4 steps (wg, the
 // steps, is a multiple of 8; WG fixes it, 0: at run time). The same integers as the natural
 // order's block_sums, so the same bits.
 template <typename V, bool FULL, int WG, bool PAIR = false>
 __attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64_t nb, int nh, const int16_t* xw, int64_t wg, __m256i* sa, __m256i* sd,
                                                       int64_t rb = 0) {
   if constexpr (WG) wg = WG;
-  const V n = vset8<V>(0x0f), m = vset16<V>(0x00ff), one = vset16<V>(1);
+  const V one = vset16<V>(1);
   V s{}, r{};
   for (int64_t t0 = 0; t0 < wg; t0 += 4) {
     V r16{};
-// Not unrolled: the compiler's interleaving of 4 steps spills (Zen 1: 189 -> 217 us at the expert
-    // gate / up shape, bench_ops).
+    // Not unrolled: the compiler's interleaving of 4 steps spills (Zen 1: 189 -> 217 us at the
+    // expert gate / up shape, bench_ops).
 #pragma GCC unroll 1
     for (int64_t t = t0; t < t0 + 4; ++t) {
-      const V v = lcodes<V, FULL, PAIR>(reinterpret_cast<const int*>(step + t * nb * 4), rb, nh);
-      const int16_t* x = xw + 2 * t * kXChunk<4>;
-      const V lo = vand(v, n), hi = vand(vsrl16<4>(v), n);
-      const V a = vmadd(vand(lo, m), lx<V, PAIR>(x)), b = vmadd(vand(hi, m), lx<V, PAIR>(x + 16));
-      const V c = vmadd(vsrl16<8>(lo), lx<V, PAIR>(x + 32)), d = vmadd(vsrl16<8>(hi), lx<V, PAIR>(x + 48));
-      s = vadd32(s, vadd32(vadd32(a, b), vadd32(c, d)));
-      r16 = vadd16(r16, vadd16(vmaddubs(lo, lx<V, PAIR>(x + 64)), vmaddubs(hi, lx<V, PAIR>(x + 80))));
+      V q32, d16;
+      nibble_dot<V, PAIR>(lcodes<V, FULL, PAIR>(reinterpret_cast<const int*>(step + t * nb * 4), rb, nh), xw + 2 * t * kXChunk<4>, &q32, &d16);
+      s = vadd32(s, q32), r16 = vadd16(r16, d16);
     }
     r = vadd32(r, vmadd(r16, one));
   }
@@ -397,7 +400,7 @@ template <int WG>
 __attribute__((always_inline)) inline void lanes_two(const uint8_t* const p[2], int64_t stride, const int16_t* const x[2], int64_t wg, __m256i* sa,
                                                      __m256i* sd) {
   if constexpr (WG) wg = WG;
-  const __m256i n = _mm256_set1_epi8(0x0f), m = _mm256_set1_epi16(0x00ff), one = _mm256_set1_epi16(1);
+  const __m256i one = _mm256_set1_epi16(1);
   __m256i s[2] = {}, r[2] = {};
   for (int64_t t0 = 0; t0 < wg; t0 += 4) {
     __m256i r16[2] = {};
@@ -405,13 +408,9 @@ __attribute__((always_inline)) inline void lanes_two(const uint8_t* const p[2], 
     for (int64_t t = t0; t < t0 + 4; ++t) {
 #pragma GCC unroll 2
       for (int i = 0; i < 2; ++i) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i] + t * stride));
-        const int16_t* xt = x[i] + 2 * t * kXChunk<4>;
-        const __m256i lo = vand(v, n), hi = vand(vsrl16<4>(v), n);
-        const __m256i a = vmadd(vand(lo, m), vx<__m256i>(xt)), b = vmadd(vand(hi, m), vx<__m256i>(xt + 16));
-        const __m256i c = vmadd(vsrl16<8>(lo), vx<__m256i>(xt + 32)), d = vmadd(vsrl16<8>(hi), vx<__m256i>(xt + 48));
-        s[i] = vadd32(s[i], vadd32(vadd32(a, b), vadd32(c, d)));
-        r16[i] = vadd16(r16[i], vadd16(vmaddubs(lo, vx<__m256i>(xt + 64)), vmaddubs(hi, vx<__m256i>(xt + 80))));
+        __m256i q32, d16;
+        nibble_dot(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i] + t * stride)), x[i] + 2 * t * kXChunk<4>, &q32, &d16);
+        s[i] = vadd32(s[i], q32), r16[i] = vadd16(r16[i], d16);
       }
     }
     r[0] = vadd32(r[0], vmadd(r16[0], one)), r[1] = vadd32(r[1], vmadd(r16[1], one));
