@@ -395,10 +395,11 @@ __attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64
 // Two full halves (8 groups each) in one pass over their steps, lanes_half's arithmetic for
 // each (so the same integers) with half the loop's overhead per step: half i's step t words at
 // p[i] + t * stride, its x chunk of step 0 at x[i] (step t's at x[i] + 2 t kXChunk). Both halves
-// of a full block (stride 64), or the same half of two rows.
-template <int WG>
+// of a full block (stride 64), the same half of two rows, or (PAIR, halves of nh <= 4 groups)
+// that half of rows (r, r + 1) and of rows (r + 2, r + 3), each pair rb bytes apart as in lanes_half.
+template <int WG, bool PAIR = false, bool FULL = true>
 __attribute__((always_inline)) inline void lanes_two(const uint8_t* const p[2], int64_t stride, const int16_t* const x[2], int64_t wg, __m256i* sa,
-                                                     __m256i* sd) {
+                                                     __m256i* sd, int64_t rb = 0, int nh = 8) {
   if constexpr (WG) wg = WG;
   const __m256i one = _mm256_set1_epi16(1);
   __m256i s[2] = {}, r[2] = {};
@@ -409,7 +410,7 @@ __attribute__((always_inline)) inline void lanes_two(const uint8_t* const p[2], 
 #pragma GCC unroll 2
       for (int i = 0; i < 2; ++i) {
         __m256i q32, d16;
-        nibble_dot(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i] + t * stride)), x[i] + 2 * t * kXChunk<4>, &q32, &d16);
+        nibble_dot<__m256i, PAIR>(lcodes<__m256i, FULL, PAIR>(reinterpret_cast<const int*>(p[i] + t * stride), rb, nh), x[i] + 2 * t * kXChunk<4>, &q32, &d16);
         s[i] = vadd32(s[i], q32), r16[i] = vadd16(r16[i], d16);
       }
     }
@@ -461,60 +462,87 @@ float lanes_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
   return hsum(acc) + hsum(bacc);
 }
 
-// y[r] and y[r + 1] where a half block holds at most 4 groups (ng % 16 in 1-4 or 9-12, as the
-// 12 groups of a 2048 x 768 down projection): lanes_row_dot's arithmetic for each row, but
-// those halves of the two rows run side by side in one 8-lane vector (Zen 3 runs a 128-bit op
-// at the cost of a 256-bit one: 102 -> 91 us at that shape, bench_ops) and their scaled sums
-// are added lane for lane into each row's accumulators, so the same bits as row by row.
-template <DType S, int WG>
-void lanes_pair_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y) {
+// The paired sums of a half of nh <= 4 groups from g0 on (lanes 0-3 row r's, 4-7 row r + 1's;
+// sp, bp row r's params, row r + 1's pb bytes on) into both rows' accumulators, lane for lane as
+// add_block would (so the same bits).
+template <DType S>
+inline void add_pair_half(__m256i sa, __m256i sd, const uint8_t* sp, const uint8_t* bp, int64_t pb, int64_t g0, int nh, const float* dx,
+                          const float* gsum, __m256* acc, __m256* bacc) {
+  __m256 sc0, bi0, sc1, bi1;
+  load_params<S>(sp, bp, g0, nh, &sc0, &bi0);
+  load_params<S>(sp + pb, bp + pb, g0, nh, &sc1, &bi1);
+  __m256 ca = _mm256_permute2f128_ps(acc[0], acc[1], 0x20), cb = _mm256_permute2f128_ps(bacc[0], bacc[1], 0x20);
+  add_sums<4>(sa, sd, _mm256_permute2f128_ps(sc0, sc1, 0x20), _mm256_permute2f128_ps(bi0, bi1, 0x20),
+              _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dx + g0)),
+              _mm256_broadcast_ps(reinterpret_cast<const __m128*>(gsum + g0)), &ca, &cb);
+  acc[0] = _mm256_blend_ps(acc[0], ca, 0x0f), bacc[0] = _mm256_blend_ps(bacc[0], cb, 0x0f);
+  acc[1] = _mm256_blend_ps(acc[1], _mm256_permute2f128_ps(ca, ca, 0x01), 0x0f);
+  bacc[1] = _mm256_blend_ps(bacc[1], _mm256_permute2f128_ps(cb, cb, 0x01), 0x0f);
+}
+
+// y[r .. r + R) (R = 2 or 4) where a half block holds at most 4 groups (ng % 16 in 1-4 or 9-12,
+// as the 12 groups of a 2048 x 768 down projection): lanes_row_dot's arithmetic for each row,
+// but the full halves of a partial block run two rows per pass (lanes_two), and those of at most
+// 4 groups of rows (r, r + 1) side by side in one 8-lane vector (Zen 3 runs a 128-bit op at the
+// cost of a 256-bit one), the two pairs of R = 4 in one pass. Their scaled sums are added lane
+// for lane into each row's accumulators, so the same bits as row by row. Expert down (2048 x
+// 768), one thread, bench_ops: 83 us in pairs, 75 in fours (R = 4 runs the paired halves as two
+// chains, where pairs run them as one).
+template <DType S, int WG, int R>
+void lanes_block_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y) {
   const int64_t gs = w.group_size, ng = w.cols / gs, wg = gs / 8, pb = ng * int64_t(dtype_size(S));
   const int64_t rb = int64_t(w.row_bytes());
   const uint8_t* row = w.data + r * rb;
   const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
   const float *dx = px.dx.data(), *gsum = px.gsum.data();
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, bacc[2] = {acc[0], acc[0]};
+  __m256 acc[R], bacc[R];
+  for (int i = 0; i < R; ++i) acc[i] = bacc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; 16 * b < ng; ++b) {
     const int64_t nb = std::min<int64_t>(16, ng - 16 * b);
     const uint8_t* blk = row + 16 * b * wg * 4;
     for (int64_t o = 0; o < nb * wg * 4; o += 64)
-      for (int i = 0; i < 2; ++i) _mm_prefetch(reinterpret_cast<const char*>(blk + i * rb + o) + 2048, _MM_HINT_T0);
-    for (int64_t h = 0; h < 2 && 8 * h < nb; ++h) {
-      const int64_t g0 = 16 * b + 8 * h;
-      const int nh = int(std::min<int64_t>(8, nb - 8 * h));
-      const int16_t* xb = px.xw.data() + (b * wg * 2 + h) * kXChunk<4>;
-      __m256i sa, sd;
-      if (nh == 8) {  // this half of both rows in one pass
-        __m256i s2[2], d2[2];
-        const uint8_t* const ps[2] = {blk + 32 * h, blk + rb + 32 * h};
-        const int16_t* const xs[2] = {xb, xb};
-        lanes_two<WG>(ps, nb * 4, xs, wg, s2, d2);
-        for (int i = 0; i < 2; ++i) add_block<4, S>(s2[i], d2[i], sp + i * pb, bp + i * pb, g0, nh, dx, gsum, &acc[i], &bacc[i]);
-        continue;
+      for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(blk + i * rb + o) + 2048, _MM_HINT_T0);
+    const int16_t* xb = px.xw.data() + b * wg * 2 * kXChunk<4>;
+    if (nb == 16) {  // a row's two halves per pass, as lanes_row_dot
+      for (int i = 0; i < R; ++i) {
+        __m256i sa[2], sd[2];
+        const uint8_t* const ps[2] = {blk + i * rb, blk + i * rb + 32};
+        const int16_t* const xs[2] = {xb, xb + kXChunk<4>};
+        lanes_two<WG>(ps, 64, xs, wg, sa, sd);
+        add_block<4, S>(sa[0], sd[0], sp + i * pb, bp + i * pb, 16 * b, 8, dx, gsum, &acc[i], &bacc[i]);
+        add_block<4, S>(sa[1], sd[1], sp + i * pb, bp + i * pb, 16 * b + 8, 8, dx, gsum, &acc[i], &bacc[i]);
       }
-      if (nh > 4) {
-        for (int i = 0; i < 2; ++i) {
-          lanes_half_any<WG>(blk + i * rb + 32 * h, nb, nh, xb, wg, &sa, &sd);
-          add_block<4, S>(sa, sd, sp + i * pb, bp + i * pb, g0, nh, dx, gsum, &acc[i], &bacc[i]);
-        }
-        continue;
-      }
-      if (nh == 4) lanes_half<__m256i, true, WG, true>(blk + 32 * h, nb, nh, xb, wg, &sa, &sd, rb);
-      else lanes_half<__m256i, false, WG, true>(blk + 32 * h, nb, nh, xb, wg, &sa, &sd, rb);
-      __m256 sc0, bi0, sc1, bi1;
-      load_params<S>(sp, bp, g0, nh, &sc0, &bi0);
-      load_params<S>(sp + pb, bp + pb, g0, nh, &sc1, &bi1);
-      __m256 ca = _mm256_permute2f128_ps(acc[0], acc[1], 0x20), cb = _mm256_permute2f128_ps(bacc[0], bacc[1], 0x20);
-      add_sums<4>(sa, sd, _mm256_permute2f128_ps(sc0, sc1, 0x20), _mm256_permute2f128_ps(bi0, bi1, 0x20),
-                  _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dx + g0)),
-                  _mm256_broadcast_ps(reinterpret_cast<const __m128*>(gsum + g0)), &ca, &cb);
-      acc[0] = _mm256_blend_ps(acc[0], ca, 0x0f), bacc[0] = _mm256_blend_ps(bacc[0], cb, 0x0f);
-      acc[1] = _mm256_blend_ps(acc[1], _mm256_permute2f128_ps(ca, ca, 0x01), 0x0f);
-      bacc[1] = _mm256_blend_ps(bacc[1], _mm256_permute2f128_ps(cb, cb, 0x01), 0x0f);
+      continue;
     }
+    int64_t h = 0;
+    if (nb > 8) {  // the full half of rows i and i + 1 in one pass
+      for (int i = 0; i < R; i += 2) {
+        __m256i sa[2], sd[2];
+        const uint8_t* const ps[2] = {blk + i * rb, blk + (i + 1) * rb};
+        const int16_t* const xs[2] = {xb, xb};
+        lanes_two<WG>(ps, nb * 4, xs, wg, sa, sd);
+        for (int k = 0; k < 2; ++k)
+          add_block<4, S>(sa[k], sd[k], sp + (i + k) * pb, bp + (i + k) * pb, 16 * b, 8, dx, gsum, &acc[i + k], &bacc[i + k]);
+      }
+      h = 1;
+    }
+    const int nh = int(nb - 8 * h);
+    const int64_t g0 = 16 * b + 8 * h;
+    __m256i sa[2], sd[2];
+    if constexpr (R == 4) {
+      const uint8_t* const ps[2] = {blk + 32 * h, blk + 2 * rb + 32 * h};
+      const int16_t* const xs[2] = {xb + h * kXChunk<4>, xb + h * kXChunk<4>};
+      if (nh == 4) lanes_two<WG, true, true>(ps, nb * 4, xs, wg, sa, sd, rb, nh);
+      else lanes_two<WG, true, false>(ps, nb * 4, xs, wg, sa, sd, rb, nh);
+    } else if (nh == 4) {
+      lanes_half<__m256i, true, WG, true>(blk + 32 * h, nb, nh, xb + h * kXChunk<4>, wg, sa, sd, rb);
+    } else {
+      lanes_half<__m256i, false, WG, true>(blk + 32 * h, nb, nh, xb + h * kXChunk<4>, wg, sa, sd, rb);
+    }
+    for (int i = 0; i < R / 2; ++i)
+      add_pair_half<S>(sa[i], sd[i], sp + 2 * i * pb, bp + 2 * i * pb, pb, g0, nh, dx, gsum, acc + 2 * i, bacc + 2 * i);
   }
-  y[r] = hsum(acc[0]) + hsum(bacc[0]);
-  y[r + 1] = hsum(acc[1]) + hsum(bacc[1]);
+  for (int i = 0; i < R; ++i) y[r + i] = hsum(acc[i]) + hsum(bacc[i]);
 }
 
 template <DType S, int WG>
@@ -522,11 +550,16 @@ void lanes_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int
   const int64_t ng = w.cols / w.group_size, tail = ng % 16;
   const size_t pb = size_t(ng) * dtype_size(S);
   int64_t r = r0;
-  if ((tail >= 1 && tail <= 4) || (tail >= 9 && tail <= 12))
+  if ((tail >= 1 && tail <= 4) || (tail >= 9 && tail <= 12)) {
+    for (; r + 4 <= r1; r += 4) {
+      prefetch_row_params(w, r + kParamsAhead, 4, pb);
+      lanes_block_dot<S, WG, 4>(w, px, r, y);
+    }
     for (; r + 2 <= r1; r += 2) {
       prefetch_row_params(w, r + kParamsAhead, 2, pb);
-      lanes_pair_dot<S, WG>(w, px, r, y);
+      lanes_block_dot<S, WG, 2>(w, px, r, y);
     }
+  }
   for (; r < r1; ++r) {
     prefetch_row_params(w, r + kParamsAhead, 1, pb);
     y[r] = lanes_row_dot<S, WG>(w, px, r);
