@@ -139,7 +139,9 @@ const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 const Kernels& kernels_avx512_vnni();
 
-// Kernels::attend of the AVX-512 tables (attend_avx512.cpp).
+// Kernels::attend of the Avx2 table (attend_avx2.cpp) and of the AVX-512 tables (attend_avx512.cpp).
+bool attend_avx2(const float* q, int64_t nh, const float* k, const float* v, int64_t n_ctx, int64_t kstride,
+                 int64_t vstride, int64_t head_dim, int64_t v_dim, float scale, float* p, float* out);
 bool attend_avx512(const float* q, int64_t nh, const float* k, const float* v, int64_t n_ctx, int64_t kstride,
                    int64_t vstride, int64_t head_dim, int64_t v_dim, float scale, float* p, float* out);
 
