@@ -1,9 +1,11 @@
 // `moeflux bench`: llama-bench style table. pp<N>: prefill of N random tokens; tg<N>: N tokens
-// decoded one at a time from an empty context; t/s as mean +- sd over -r runs. Decode rows add
+// decoded one at a time from an empty context, or (-d D, test "tg<N> @ d<D>") after D random
+// tokens prefilled before the clock starts; t/s as mean +- sd over -r runs. Decode rows add
 // the weight bytes read per token, the achieved GB/s and its share of the machine's read
 // bandwidth; prefill rows the weight GFLOP/s (2 x parameters used per token) and its share of
 // the FMA peak; both ceilings are measured by this run on the same threads (before and after
-// the tests; the higher value is used).
+// the tests; the higher value is used). The bytes per token count the weights only: at depth,
+// attention also reads the KV cache (2 x layers x kv heads x head_dim x 4 bytes a position).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,7 +30,7 @@ namespace moeflux::cli {
 namespace {
 struct BenchArgs {
   std::string model;
-  int pp = 512, tg = 128, reps = 5, threads = 0;
+  int pp = 512, tg = 128, reps = 5, threads = 0, depth = 0;
   bool json = false, profile = false;
   std::string backend = "cpu";
   StreamArgs stream;
@@ -67,6 +69,8 @@ Runner register_bench(CLI::App& app) {
   sub->add_option("-m,--model", a->model, "Model directory or pack")->required();
   sub->add_option("-p,--n-prompt", a->pp, "Prompt tokens for the prefill test (0: skip)")->check(CLI::Range(0, 1 << 20));
   sub->add_option("-n,--n-gen", a->tg, "Tokens for the decode test (0: skip)")->check(CLI::Range(0, 1 << 20));
+  sub->add_option("-d,--n-depth", a->depth, "Tokens of context prefilled (untimed) before each run (default 0)")
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("-r,--repetitions", a->reps, "Runs per test")->check(CLI::Range(1, 1000));
   sub->add_option("-t,--threads", a->threads, "Threads (default: physical cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--backend", a->backend, "Compute backend (cpu; this build has no other)")
@@ -79,8 +83,8 @@ Runner register_bench(CLI::App& app) {
     set_cpu_threads(a->threads);
     const int threads = a->threads > 0 ? a->threads : physical_core_count();
     auto model = load_model_cli(a->model, a->stream);
-    if (a->pp + 1 > model->cfg.max_seq_len || a->tg + 1 > model->cfg.max_seq_len)
-      fail("test lengths exceed the model's context of ", model->cfg.max_seq_len, " tokens");
+    if (int64_t(a->depth) + a->pp + 1 > model->cfg.max_seq_len || int64_t(a->depth) + a->tg + 1 > model->cfg.max_seq_len)
+      fail("depth plus test length exceeds the model's context of ", model->cfg.max_seq_len, " tokens");
     const ModelStats ms = model_stats(*model);
     if (!a->json) std::fprintf(stderr, "measuring ceilings on %d threads...\n", threads);
     // The ceilings are measured before the tests and again after them, and the higher value
@@ -110,15 +114,21 @@ Runner register_bench(CLI::App& app) {
     using Clock = std::chrono::steady_clock;
     std::vector<Row> rows;
     Session s(*model);
-    // One test: reps + 1 runs from an empty context, the first a warm-up; `prepare` runs
-    // before the clock starts.
+    // One test: reps + 1 runs from an empty context (or -d tokens of it), the first a warm-up;
+    // `prepare` and the depth's prefill run before the clock starts.
+    std::vector<int32_t> context(static_cast<size_t>(a->depth));
+    const std::string at = a->depth > 0 ? " @ d" + std::to_string(a->depth) : "";
     auto measure = [&](const std::string& name, int tokens, auto&& prepare, auto&& run) {
       Row row;
-      row.test = name;
+      row.test = name + at;
       std::vector<double> tps;
       for (int r = -1; r < a->reps; ++r) {
         prepare();
         s.reset();
+        if (!context.empty()) {
+          for (auto& t : context) t = tok(rng);
+          s.forward(context, {.all_logits = false});
+        }
         stats_from(r);
         if (r == 0 && a->profile) ThreadPool::reset_profile(), ThreadPool::set_profiling(true);
         const auto t0 = Clock::now();
@@ -165,7 +175,7 @@ Runner register_bench(CLI::App& app) {
                                   {"params", ms.params}, {"bytes_per_token", ms.bytes_per_token},
                                   {"params_per_token", ms.params_per_token}, {"backend", "cpu"}, {"isa", isa},
                                   {"repacked_tensors", model->repacked_tensors}, {"repacked_cache_records", slots},
-                                  {"threads", threads}, {"read_bw_gbs", bw}, {"fma_peak_gflops", fma},
+                                  {"threads", threads}, {"depth", a->depth}, {"read_bw_gbs", bw}, {"fma_peak_gflops", fma},
                                   {"tests", nlohmann::ordered_json::array()}};
       if (cache) j["disk_read_gbs"] = disk, j["disk_read_direct"] = disk_direct;
       for (const auto& r : rows) {

@@ -105,6 +105,18 @@ TEST(BenchCli, TableAndJson) {
   const std::string bad = run("bench -m " + kDemo + " --backend cuda 2>&1", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(bad.find("--backend"), std::string::npos) << bad;
+  // -d: each run after that many tokens of context (the model's context bounds depth + test)
+  const std::string deep = run("bench -m " + kDemo + " -p 4 -n 2 -r 1 -d 20 --json 2>/dev/null", &rc);
+  EXPECT_EQ(rc, 0) << deep;
+  auto dj = nlohmann::json::parse(deep.substr(std::min(deep.find('{'), deep.size())), nullptr, false);
+  ASSERT_FALSE(dj.is_discarded()) << deep;
+  EXPECT_EQ(dj["depth"].get<int>(), 20);
+  ASSERT_EQ(dj["tests"].size(), 2u);
+  EXPECT_EQ(dj["tests"][0]["test"].get<std::string>(), "pp4 @ d20");
+  EXPECT_EQ(dj["tests"][1]["test"].get<std::string>(), "tg2 @ d20");
+  const std::string too_deep = run("bench -m " + kDemo + " -p 4 -n 2 -d 100000 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(too_deep.find("depth plus test length"), std::string::npos) << too_deep;
   // --profile adds the thread pool's table
   const std::string prof = run("bench -m " + kDemo + " -p 8 -n 2 -r 1 --profile 2>/dev/null", &rc);
   EXPECT_EQ(rc, 0);
