@@ -1,4 +1,4 @@
-// AVX2 helpers shared by kernels_avx2.cpp and kernels_avx2_int.cpp. Included INSIDE their
+// AVX2 helpers shared by kernels_avx2.cpp, kernels_avx2_int.cpp and attend_avx2.cpp. Included INSIDE their
 // `#pragma GCC target` region and anonymous namespace, so each file gets its own copies compiled
 // for the ISA (after core/dtype.h); not a standalone header.
 // NOLINT(build/header_guard): deliberately re-included per ISA file.
@@ -18,4 +18,24 @@ inline __m256 load8(const uint8_t* base, int64_t i) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + 2 * i));
   if constexpr (T == DType::F16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// e^x for x <= 88 (clamped to [-87.3, 88]): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts,
+// so r is exact), e^r by the degree-7 polynomial of Cephes' expf, times 2^n through the exponent
+// bits (n in [-126, 127]). Within ~2 ulps of expf; avx512_util.h's exp16 with AVX2 operations.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }

@@ -52,9 +52,12 @@ float dot(const float* a, const float* b, int64_t n) {
   return hsum(_mm256_add_ps(c0, c1));
 }
 
+// Whole vectors, then the tail masked (masked stores are slow on AMD: ~12 cycles on Zen 3).
 void axpy(float a, const float* x, float* y, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
-  for (int64_t i = 0; i < n; i += L) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  if (i < n) {
     const __m256i m = tail_mask(n - i);
     _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(av, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m)));
   }
@@ -65,10 +68,27 @@ void axpy(float a, const float* x, float* y, int64_t n) {
 void add_scaled(float a, const float* x, float* y, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
   for (int64_t i = 0; i < n; i += L) {
+    const bool whole = i + L <= n;
     const __m256i m = tail_mask(n - i);
-    __m256 p = _mm256_mul_ps(av, _mm256_maskload_ps(x + i, m));
+    __m256 p = _mm256_mul_ps(av, whole ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, m));
     asm("" : "+x"(p));
-    _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(y + i, m), p));
+    if (whole) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), p));
+    else _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(y + i, m), p));
+  }
+}
+
+// out = silu(gate) * up = gate * up / (1 + e^-gate), e^-gate by exp8 (clamped: within a few
+// ulps of swiglu_ref over normal values); out may be gate.
+void swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += L) {
+    const bool whole = i + L <= n;
+    const __m256i m = tail_mask(n - i);
+    const __m256 g = whole ? _mm256_loadu_ps(gate + i) : _mm256_maskload_ps(gate + i, m);
+    const __m256 u = whole ? _mm256_loadu_ps(up + i) : _mm256_maskload_ps(up + i, m);
+    const __m256 r = _mm256_div_ps(_mm256_mul_ps(g, u), _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    if (whole) _mm256_storeu_ps(out + i, r);
+    else _mm256_maskstore_ps(out + i, m, r);
   }
 }
 
@@ -441,7 +461,7 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 
 namespace moeflux::cpu {
 const Kernels& kernels_avx2() {
-  static const Kernels k{L, avx2_prepare_words, matvec_rows, matmul_rows, decode_row, dot, axpy, add_scaled, swiglu_ref, attend_avx2};
+  static const Kernels k{L, avx2_prepare_words, matvec_rows, matmul_rows, decode_row, dot, axpy, add_scaled, swiglu, attend_avx2};
   return k;
 }
 }  // namespace moeflux::cpu

@@ -298,9 +298,13 @@ inline void block_sums(const uint8_t* q, const int16_t* xw, int64_t cpg, __m256i
 // for a partial block the row's last 8 moved down by 8 - n lanes (a copy through the stack would
 // stall its load on the narrower stores: ~13% of a 2048 x 768 matvec on Zen 3), or where the row
 // has fewer than 8 a zero-padded copy. sp, bp: the row's scales and biases.
+// Bytes of one scale or bias (f32, or f16 / bf16): a constant, where dtype_size is a call.
+template <DType S>
+constexpr int64_t kParamBytes = S == DType::F32 ? 4 : 2;
+
 template <DType S>
 inline void load_params(const uint8_t* sp, const uint8_t* bp, int64_t g0, int n, __m256* sc, __m256* bi) {
-  constexpr int64_t es = S == DType::F32 ? 4 : 2;  // bytes per scale (f32, or f16 / bf16)
+  constexpr int64_t es = kParamBytes<S>;
   if (n == 8) {
     *sc = load8<S>(sp, g0), *bi = load8<S>(bp, g0);
   } else if (g0 + n >= 8) {
@@ -343,8 +347,8 @@ inline void add_block(__m256i sa, __m256i sd, const uint8_t* sp, const uint8_t* 
 template <int BITS, DType S, int CPG>
 float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
   constexpr int64_t CH = kChunkCodes<BITS>, CB = CH * BITS / 8;  // codes and bytes per chunk
-  const int64_t gs = w.group_size, ng = w.cols / gs, cpg = CPG ? CPG : gs / CH, pb = ng * int64_t(dtype_size(S));
-  const uint8_t* row = w.data + r * int64_t(w.row_bytes());
+  const int64_t gs = w.group_size, ng = w.cols / gs, cpg = CPG ? CPG : gs / CH, pb = ng * kParamBytes<S>;
+  const uint8_t* row = w.data + r * (w.cols * w.bits / 8);
   const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
   const int16_t* xw = px.xw.data();
   const float *dx = px.dx.data(), *gsum = px.gsum.data();
@@ -431,8 +435,8 @@ __attribute__((always_inline)) inline void lanes_half_any(const uint8_t* step, i
 // y[r] for one row of a 4-bit group-lane weight: words_row_dot's arithmetic, per half block.
 template <DType S, int WG>
 float lanes_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
-  const int64_t gs = w.group_size, ng = w.cols / gs, wg = gs / 8, pb = ng * int64_t(dtype_size(S));
-  const uint8_t* row = w.data + r * int64_t(w.row_bytes());
+  const int64_t gs = w.group_size, ng = w.cols / gs, wg = gs / 8, pb = ng * kParamBytes<S>;
+  const uint8_t* row = w.data + r * (w.cols * w.bits / 8);
   const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
   const float *dx = px.dx.data(), *gsum = px.gsum.data();
   __m256 acc = _mm256_setzero_ps(), bacc = _mm256_setzero_ps();
@@ -490,8 +494,8 @@ inline void add_pair_half(__m256i sa, __m256i sd, const uint8_t* sp, const uint8
 // chains, where pairs run them as one).
 template <DType S, int WG, int R>
 void lanes_block_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y) {
-  const int64_t gs = w.group_size, ng = w.cols / gs, wg = gs / 8, pb = ng * int64_t(dtype_size(S));
-  const int64_t rb = int64_t(w.row_bytes());
+  const int64_t gs = w.group_size, ng = w.cols / gs, wg = gs / 8, pb = ng * kParamBytes<S>;
+  const int64_t rb = w.cols * w.bits / 8;  // bytes of a row of codes
   const uint8_t* row = w.data + r * rb;
   const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
   const float *dx = px.dx.data(), *gsum = px.gsum.data();
