@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "core/dtype.h"
+#include "ops/cpu/exp_poly.h"
 #include "ops/cpu/kernels.h"
 
 #include "ops/cpu/kernels_begin.h"

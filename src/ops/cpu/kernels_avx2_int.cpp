@@ -30,6 +30,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/cpu/exp_poly.h"
 #include "ops/cpu/kernels.h"
 
 #include "ops/cpu/kernels_begin.h"

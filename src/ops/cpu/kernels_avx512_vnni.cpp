@@ -20,6 +20,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/cpu/exp_poly.h"
 #include "ops/cpu/kernels.h"
 
 #include "ops/cpu/kernels_begin.h"
