@@ -29,12 +29,6 @@ namespace {
 constexpr int L = 8;
 #include "ops/cpu/avx2_util.h"
 
-// Lanes [0, n) set (n clamped to [0, 8]): the mask of maskload / maskstore.
-inline __m256i tail_mask(int64_t n) {
-  const int m = int(std::clamp<int64_t>(n, 0, L));
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 // Lane i of the result: the sum of a[i]'s 8 lanes, ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).
 inline __m256 sum8x8(const __m256 a[8]) {
   const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
@@ -52,8 +46,6 @@ void scores8(const float* q, int64_t nh, const float* k, int64_t ks, int64_t t, 
   // The rows two blocks on (the strided rows defeat the hardware prefetchers' lead).
   for (int64_t i = t + 2 * L; i < std::min(t + 3 * L, n); ++i)
     for (int64_t c = 0; c < hd; c += 16) _mm_prefetch(reinterpret_cast<const char*>(k + i * ks + c), _MM_HINT_T0);
-  const bool full = n - t >= L;
-  const __m256i keep = tail_mask(n - t);
   for (int64_t j = 0; j < nh; ++j) {
     const float* qj = q + j * hd;
     __m256 acc[L];
@@ -64,39 +56,28 @@ void scores8(const float* q, int64_t nh, const float* k, int64_t ks, int64_t t, 
 #pragma GCC unroll 8
       for (int i = 0; i < L; ++i) acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[i] + c), acc[i]);
     }
-    const __m256 sc = _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale));
-    if (full) _mm256_storeu_ps(p + j * n + t, sc);  // AMD's masked stores are slow
-    else _mm256_maskstore_ps(p + j * n + t, keep, sc);
+    storen(p + j * n + t, _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale)), n - t);
   }
 }
 
-// x = softmax(x): max, e^(x - max), sum, divide; whole vectors, then the tail masked.
+// x = softmax(x): max, e^(x - max), sum, divide (a tail's missing lanes count for nothing).
 void softmax(float* x, int64_t n) {
-  const int64_t nv = n / L * L;
-  const __m256i mt = tail_mask(n - nv);
   __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < nv; i += L) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
-  if (nv < n) mv = _mm256_max_ps(mv, _mm256_blendv_ps(mv, _mm256_maskload_ps(x + nv, mt), _mm256_castsi256_ps(mt)));
+  for (int64_t i = 0; i < n; i += L) mv = _mm256_max_ps(mv, _mm256_blendv_ps(mv, loadn(x + i, n - i), _mm256_castsi256_ps(tail_mask(n - i))));
   alignas(32) float lanes[L];
   _mm256_store_ps(lanes, mv);
   const __m256 mx = _mm256_set1_ps(*std::max_element(lanes, lanes + L));
   __m256 sv = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nv; i += L) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mx));
-    _mm256_storeu_ps(x + i, e);
-    sv = _mm256_add_ps(sv, e);
-  }
-  if (nv < n) {
-    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + nv, mt), mx)), _mm256_castsi256_ps(mt));
-    _mm256_maskstore_ps(x + nv, mt, e);
+  for (int64_t i = 0; i < n; i += L) {
+    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(loadn(x + i, n - i), mx)), _mm256_castsi256_ps(tail_mask(n - i)));
+    storen(x + i, e, n - i);
     sv = _mm256_add_ps(sv, e);
   }
   _mm256_store_ps(lanes, sv);
   float s = 0.0f;
   for (float e : lanes) s += e;
   const __m256 sd = _mm256_set1_ps(s);
-  for (int64_t i = 0; i < nv; i += L) _mm256_storeu_ps(x + i, _mm256_div_ps(_mm256_loadu_ps(x + i), sd));
-  if (nv < n) _mm256_maskstore_ps(x + nv, mt, _mm256_div_ps(_mm256_maskload_ps(x + nv, mt), sd));
+  for (int64_t i = 0; i < n; i += L) storen(x + i, _mm256_div_ps(loadn(x + i, n - i), sd), n - i);
 }
 
 // Columns [c, c + 8) of out_j += sum over t in [t0, t1) of p[j * n + t] v_t for JH heads j0..

@@ -22,12 +22,6 @@ constexpr int L = 8;
 
 #include "ops/cpu/avx2_util.h"
 
-// Lanes [0, n) set, for maskload / maskstore.
-inline __m256i tail_mask(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::min<int64_t>(n, L))),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 // e4m3fn -> f32 / 256 through the f16 bit pattern (see kernels_avx512.cpp).
 inline __m256 fp8x8(const uint8_t* p) {
   const __m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -53,15 +47,10 @@ float dot(const float* a, const float* b, int64_t n) {
   return hsum(_mm256_add_ps(c0, c1));
 }
 
-// Whole vectors, then the tail masked (masked stores are slow on AMD: ~12 cycles on Zen 3).
+// y += a * x.
 void axpy(float a, const float* x, float* y, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + L <= n; i += L) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  if (i < n) {
-    const __m256i m = tail_mask(n - i);
-    _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(av, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m)));
-  }
+  for (int64_t i = 0; i < n; i += L) storen(y + i, _mm256_fmadd_ps(av, loadn(x + i, n - i), loadn(y + i, n - i)), n - i);
 }
 
 // y += a * x, product rounded first (no FMA), as the scalar loop. The empty asm keeps the
@@ -69,12 +58,9 @@ void axpy(float a, const float* x, float* y, int64_t n) {
 void add_scaled(float a, const float* x, float* y, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
   for (int64_t i = 0; i < n; i += L) {
-    const bool whole = i + L <= n;
-    const __m256i m = tail_mask(n - i);
-    __m256 p = _mm256_mul_ps(av, whole ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, m));
+    __m256 p = _mm256_mul_ps(av, loadn(x + i, n - i));
     asm("" : "+x"(p));
-    if (whole) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), p));
-    else _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(y + i, m), p));
+    storen(y + i, _mm256_add_ps(loadn(y + i, n - i), p), n - i);
   }
 }
 
@@ -83,13 +69,8 @@ void add_scaled(float a, const float* x, float* y, int64_t n) {
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   const __m256 one = _mm256_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += L) {
-    const bool whole = i + L <= n;
-    const __m256i m = tail_mask(n - i);
-    const __m256 g = whole ? _mm256_loadu_ps(gate + i) : _mm256_maskload_ps(gate + i, m);
-    const __m256 u = whole ? _mm256_loadu_ps(up + i) : _mm256_maskload_ps(up + i, m);
-    const __m256 r = _mm256_div_ps(_mm256_mul_ps(g, u), _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-    if (whole) _mm256_storeu_ps(out + i, r);
-    else _mm256_maskstore_ps(out + i, m, r);
+    const __m256 g = loadn(gate + i, n - i), u = loadn(up + i, n - i);
+    storen(out + i, _mm256_div_ps(_mm256_mul_ps(g, u), _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)))), n - i);
   }
 }
 

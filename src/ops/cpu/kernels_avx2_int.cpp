@@ -309,14 +309,14 @@ inline void block_sums(const uint8_t* q, const int16_t* xw, int64_t cpg, __m256i
   *sa = sum_halves(qa[0], qa[1]), *sb = sum_halves(qb[0], qb[1]);
 }
 
-// The scales (*sc) and biases (*bi) of n <= 8 groups from g0 on (lanes >= n zero): all 8, or
-// for a partial block the row's last 8 moved down by 8 - n lanes (a copy through the stack would
-// stall its load on the narrower stores: ~13% of a 2048 x 768 matvec on Zen 3), or where the row
-// has fewer than 8 a zero-padded copy. sp, bp: the row's scales and biases.
 // Bytes of one scale or bias (f32, or f16 / bf16): a constant, where dtype_size is a call.
 template <DType S>
 constexpr int64_t kParamBytes = S == DType::F32 ? 4 : 2;
 
+// The scales (*sc) and biases (*bi) of n <= 8 groups from g0 on (lanes >= n zero): all 8, or
+// for a partial block the row's last 8 moved down by 8 - n lanes (a copy through the stack would
+// stall its load on the narrower stores: ~13% of a 2048 x 768 matvec on Zen 3), or where the row
+// has fewer than 8 a zero-padded copy. sp, bp: the row's scales and biases.
 template <DType S>
 inline void load_params(const uint8_t* sp, const uint8_t* bp, int64_t g0, int n, __m256* sc, __m256* bi) {
   constexpr int64_t es = kParamBytes<S>;
@@ -447,6 +447,19 @@ __attribute__((always_inline)) inline void lanes_half_any(const uint8_t* step, i
   else lanes_half<__m256i, false, WG>(step, nb, nh, xw, wg, sa, sd);
 }
 
+// A full block of 16 groups from g0 on (codes at blk, x's chunk of step 0 at xb, the row's
+// params at sp, bp) into *acc and *bacc: both halves in one pass (lanes_two), then add_block.
+template <DType S, int WG>
+__attribute__((always_inline)) inline void full_block(const uint8_t* blk, const int16_t* xb, const uint8_t* sp, const uint8_t* bp, int64_t g0,
+                                                      int64_t wg, const float* dx, const float* gsum, __m256* acc, __m256* bacc) {
+  __m256i sa[2], sd[2];
+  const uint8_t* const ps[2] = {blk, blk + 32};
+  const int16_t* const xs[2] = {xb, xb + kXChunk<4>};
+  lanes_two<WG>(ps, 64, xs, wg, sa, sd);
+  add_block<4, S>(sa[0], sd[0], sp, bp, g0, 8, dx, gsum, acc, bacc);
+  add_block<4, S>(sa[1], sd[1], sp, bp, g0 + 8, 8, dx, gsum, acc, bacc);
+}
+
 // y[r] for one row of a 4-bit group-lane weight: words_row_dot's arithmetic, per half block.
 template <DType S, int WG>
 float lanes_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
@@ -460,13 +473,7 @@ float lanes_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
     const uint8_t* blk = row + 16 * b * wg * 4;
     for (int64_t o = 0; o < nb * wg * 4; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + o) + 2048, _MM_HINT_T0);
     if (nb == 16) {
-      __m256i sa[2], sd[2];
-      const int16_t* xb = px.xw.data() + b * wg * 2 * kXChunk<4>;
-      const uint8_t* const ps[2] = {blk, blk + 32};
-      const int16_t* const xs[2] = {xb, xb + kXChunk<4>};
-      lanes_two<WG>(ps, 64, xs, wg, sa, sd);
-      add_block<4, S>(sa[0], sd[0], sp, bp, 16 * b, 8, dx, gsum, &acc, &bacc);
-      add_block<4, S>(sa[1], sd[1], sp, bp, 16 * b + 8, 8, dx, gsum, &acc, &bacc);
+      full_block<S, WG>(blk, px.xw.data() + b * wg * 2 * kXChunk<4>, sp, bp, 16 * b, wg, dx, gsum, &acc, &bacc);
       continue;
     }
     for (int64_t h = 0; h < 2 && 8 * h < nb; ++h) {
@@ -522,15 +529,8 @@ void lanes_block_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y)
     for (int64_t o = 0; o < nb * wg * 4; o += 64)
       for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(blk + i * rb + o) + 2048, _MM_HINT_T0);
     const int16_t* xb = px.xw.data() + b * wg * 2 * kXChunk<4>;
-    if (nb == 16) {  // a row's two halves per pass, as lanes_row_dot
-      for (int i = 0; i < R; ++i) {
-        __m256i sa[2], sd[2];
-        const uint8_t* const ps[2] = {blk + i * rb, blk + i * rb + 32};
-        const int16_t* const xs[2] = {xb, xb + kXChunk<4>};
-        lanes_two<WG>(ps, 64, xs, wg, sa, sd);
-        add_block<4, S>(sa[0], sd[0], sp + i * pb, bp + i * pb, 16 * b, 8, dx, gsum, &acc[i], &bacc[i]);
-        add_block<4, S>(sa[1], sd[1], sp + i * pb, bp + i * pb, 16 * b + 8, 8, dx, gsum, &acc[i], &bacc[i]);
-      }
+    if (nb == 16) {  // row by row, as lanes_row_dot
+      for (int i = 0; i < R; ++i) full_block<S, WG>(blk + i * rb, xb, sp + i * pb, bp + i * pb, 16 * b, wg, dx, gsum, &acc[i], &bacc[i]);
       continue;
     }
     int64_t h = 0;
@@ -567,7 +567,7 @@ void lanes_block_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y)
 template <DType S, int WG>
 void lanes_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   const int64_t ng = w.cols / w.group_size, tail = ng % 16;
-  const size_t pb = size_t(ng) * dtype_size(S);
+  const size_t pb = size_t(ng * kParamBytes<S>);
   int64_t r = r0;
   if ((tail >= 1 && tail <= 4) || (tail >= 9 && tail <= 12)) {
     for (; r + 4 <= r1; r += 4) {
@@ -596,7 +596,7 @@ void lanes_rows_wg(const QWeight& w, const PreparedX& px, float* y, int64_t r0, 
 
 template <int BITS, DType S, int CPG>
 void words_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
-  const size_t pb = size_t(w.cols / w.group_size) * dtype_size(S);  // bytes of scales per row
+  const size_t pb = size_t(w.cols / w.group_size * kParamBytes<S>);  // bytes of scales per row
   for (int64_t r = r0; r < r1; ++r) {
     prefetch_row_params(w, r + kParamsAhead, 1, pb);
     y[r] = words_row_dot<BITS, S, CPG>(w, px, r);
