@@ -20,6 +20,7 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/kernels.h"
 #include "ops/group_lanes.h"
 #include "util/random_weights.h"
 
@@ -104,6 +105,32 @@ void bm_matvec(benchmark::State& st, const WeightSet* ws, CpuIsa isa, int thread
   // CPU time (which still counts its memory stalls) gives the kernel's own rate.
   if (threads == 1) st.counters["GB/s_cpu"] = double(ws->bytes) * double(st.iterations()) / (thread_cpu_s() - c0) / 1e9;
   st.SetLabel(ws->base.w.describe());
+}
+
+// One x prepared on one thread for a weight at a level's integer path (the step before each
+// projection of a decode token that no other thread shares): us per x.
+void bm_prepare(benchmark::State& st, const WeightSet* ws, CpuIsa isa) {
+  set_level(st, isa, 1);
+  const cpu::Kernels& k = isa == CpuIsa::Avx512Vnni ? cpu::kernels_avx512_vnni() : cpu::kernels_avx2();
+  const QWeight& w = ws->views[0];
+  const auto x = test::randn(size_t(w.cols), 2);
+  cpu::PreparedX px;
+  for (auto _ : st) {
+    if (!k.prepare_special || !k.prepare_special(w, x.data(), &px)) cpu::prepare_x(w, x.data(), 1, k.lanes, true, &px);
+    benchmark::DoNotOptimize(px.xd.data());
+  }
+  st.SetLabel(ws->base.w.describe());
+}
+
+// One parallel region whose chunks do nothing: the pool's own cost of a region (publish, claim,
+// join), which a decode token pays ~190 times. guided: the chunking of the matvec regions.
+void bm_region(benchmark::State& st, int threads, bool guided) {
+  set_cpu_threads(threads);
+  ThreadPool& pool = cpu_thread_pool();
+  for (auto _ : st) {
+    if (guided) pool.parallel_for_guided(512, 4, 4, [](int64_t b, int64_t e) { benchmark::DoNotOptimize(b + e); });
+    else pool.parallel_for(threads, 1, [](int64_t b, int64_t e) { benchmark::DoNotOptimize(b + e); });
+  }
 }
 
 void bm_matmul(benchmark::State& st, const WeightSet* ws, int64_t T, CpuIsa isa, int threads) {
@@ -243,6 +270,17 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
     for (int t : thread_counts)
       benchmark::RegisterBenchmark(("Matmul/q4g64/expert_gate_up/T:" + std::to_string(T) + "/threads:" + std::to_string(t)).c_str(),
                                    bm_matmul, keep[0].get(), T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  // x prepares at the decode shapes' widths (q / k / v / gate / up: 2048, down: 768, o: 4096).
+  for (const Shape& s : {Shape{16, 2048, "x2048"}, Shape{16, 768, "x768"}, Shape{16, 4096, "x4096"}}) {
+    const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 12), /*lanes=*/true);
+    for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
+      benchmark::RegisterBenchmark((std::string("Prepare/q4g64lanes/") + s.what + "/" + std::string(cpu_isa_name(isa))).c_str(),
+                                   bm_prepare, ws, isa)->Unit(benchmark::kMicrosecond);
+  }
+  for (int t : thread_counts)
+    for (bool guided : {false, true})
+      benchmark::RegisterBenchmark((std::string("Pool/") + (guided ? "guided512" : "items") + "/threads:" + std::to_string(t)).c_str(),
+                                   bm_region, t, guided)->UseRealTime()->Unit(benchmark::kMicrosecond);
   for (int64_t ctx : {32, 512, 4096})
     for (int t : thread_counts)
       benchmark::RegisterBenchmark(("Attention/ctx:" + std::to_string(ctx) + "/threads:" + std::to_string(t)).c_str(),
