@@ -210,11 +210,11 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
     return keep.emplace_back(std::make_unique<WeightSet>(std::move(o), lanes)).get();
   };
   const std::vector<int> thread_counts = g_cores > 1 ? std::vector<int>{1, g_cores} : std::vector<int>{1};
-    // Real shapes, 4-bit g64 (the MLX default): expert gate/up, expert down, q / o projections,
+    // Real shapes, 4-bit g64 (the MLX default): expert gate/up, expert down, q / k (v) / o projections,
   // the output head (175 MB: the largest single matvec of a decode step).
   struct Shape { int64_t rows, cols; const char* what; };
   const Shape shapes[] = {{768, 2048, "expert_gate_up"}, {2048, 768, "expert_down"},
-                          {4096, 2048, "attn_q"}, {2048, 4096, "attn_o"},
+                          {4096, 2048, "attn_q"}, {512, 2048, "attn_kv"}, {2048, 4096, "attn_o"},
                           {151936, 2048, "lm_head"}};
   const CpuIsa isas_q[] = {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni};  // + x in int8 digits
   for (const Shape& s : shapes) {
@@ -261,6 +261,14 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
         benchmark::RegisterBenchmark((std::string("Matvec/") + f.name + "/attn_q/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
                                      bm_matvec, ws, isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
     }
+  }
+  // The router of a Qwen3-30B-A3B layer (128 experts), kept in bf16 by the converter.
+  {
+    const WeightSet* ws = add_set(test::random_dense(128, 2048, DType::BF16, 13));
+    for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512})
+      for (int t : thread_counts)
+        benchmark::RegisterBenchmark((std::string("Matvec/bf16/router/") + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
+                                     bm_matvec, ws, isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
   // The reference level once, for scale.
   benchmark::RegisterBenchmark("Matvec/q4g64/expert_gate_up/scalar/threads:1", bm_matvec, keep[0].get(),
