@@ -1,7 +1,8 @@
 // ThreadPool: workers sleep on a condition variable after a short spin (decode issues many
 // small parallel_fors back to back, and a futex wake costs ~10 us); a job published while
-// they spin is taken without a lock, and the caller spins for the last chunks before sleeping.
-// Chunks are handed out by an atomic counter so uneven rows balance themselves.
+// they spin is taken without a lock, and the caller polls each worker's done slot for the last
+// chunks before sleeping. Chunks are handed out by an atomic counter so uneven rows balance
+// themselves.
 #include "core/thread_pool.h"
 
 #include <algorithm>
@@ -47,8 +48,9 @@ void ThreadPool::reset_profile() {
 
 ThreadPool::ThreadPool(int n_threads) {
   MF_ASSERT(n_threads >= 1);
+  done_ = std::make_unique<DoneSlot[]>(size_t(n_threads));
   workers_.reserve(size_t(n_threads - 1));
-  for (int i = 0; i + 1 < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 0; i + 1 < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -66,40 +68,37 @@ void ThreadPool::take_chunks() {
   t_in_pool_task = true;
   const bool prof = g_profiling.load(std::memory_order_relaxed);
   const uint64_t t0 = prof ? now_ns() : 0;
-  for (;;) {
-    int64_t e = 0;
-    const int64_t b = claim(&e);
-    if (b >= n_) break;
+  for (int64_t b = 0, e = 0; claim(&b, &e);) {
     try {
       fn_(ctx_, b, e);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
-      next_.store(n_, std::memory_order_relaxed);  // the others stop taking chunks
+      next_.store(chunks_, std::memory_order_relaxed);  // the others stop taking chunks
     }
   }
   if (prof) g_busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   t_in_pool_task = was_in;
 }
 
-int64_t ThreadPool::claim(int64_t* end) {
-  if (guided_div_ == 0) {
-    const int64_t b = next_.fetch_add(grain_, std::memory_order_relaxed);
-    *end = std::min(n_, b + grain_);
-    return b;
+bool ThreadPool::claim(int64_t* begin, int64_t* end) {
+  const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+  if (i >= chunks_) return false;
+  if (guided_) {
+    *begin = bounds_[size_t(i)], *end = bounds_[size_t(i) + 1];
+  } else {
+    *begin = i * grain_, *end = std::min(n_, *begin + grain_);
   }
-  int64_t b = next_.load(std::memory_order_relaxed);
-  for (;;) {
-    if (b >= n_) return b;
-    const int64_t g = std::max(grain_, ((n_ - b) / guided_div_ + mult_ - 1) / mult_ * mult_);
-    if (next_.compare_exchange_weak(b, b + g, std::memory_order_relaxed)) {
-      *end = std::min(n_, b + g);
-      return b;
-    }
-  }
+  return true;
 }
 
-void ThreadPool::worker_loop() {
+bool ThreadPool::workers_done(uint64_t generation) const {
+  for (size_t w = 0; w < workers_.size(); ++w)
+    if (done_[w].generation.load(std::memory_order_seq_cst) != generation) return false;  // after caller_waiting_'s store
+  return true;
+}
+
+void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
     // Fast path: a job published while spinning is taken without the lock (its fields were
@@ -118,7 +117,10 @@ void ThreadPool::worker_loop() {
     if (p == ~uint64_t(0)) return;  // stop
     seen = p;
     take_chunks();
-    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // seq_cst store and load against the caller's seq_cst store of caller_waiting_ and its
+    // check of the slots: either it sees this slot or this worker sees it waiting.
+    done_[size_t(index)].generation.store(seen, std::memory_order_seq_cst);
+    if (caller_waiting_.load(std::memory_order_seq_cst)) {
       std::lock_guard<std::mutex> lock(mu_);  // pairs with the caller's wait under mu_
       done_cv_.notify_one();
     }
@@ -138,36 +140,52 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   }
   const bool prof = g_profiling.load(std::memory_order_relaxed);
   const uint64_t t0 = prof ? now_ns() : 0;
+  uint64_t gen = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = fn, ctx_ = ctx, n_ = n, grain_ = grain, guided_div_ = guided_div, mult_ = mult;
+    fn_ = fn, ctx_ = ctx, n_ = n, grain_ = grain, guided_ = guided_div > 0;
+    if (guided_) {
+      bounds_.clear();
+      for (int64_t b = 0; b < n; b += std::max(grain, ((n - b) / guided_div + mult - 1) / mult * mult))
+        bounds_.push_back(b);
+      bounds_.push_back(n);
+      chunks_ = int64_t(bounds_.size()) - 1;
+    } else {
+      chunks_ = (n + grain - 1) / grain;
+    }
     next_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    busy_.store(int(workers_.size()), std::memory_order_relaxed);
-    ++generation_;
-    published_.store(generation_, std::memory_order_release);
+    gen = ++generation_;
+    published_.store(gen, std::memory_order_release);
   }
   start_cv_.notify_all();  // no system call when every worker is spinning
   take_chunks();
   const uint64_t t_own = prof ? now_ns() : 0;
   // Poll for the workers' last chunks, then sleep. A wake-up through the futex costs ~10 us
   // on bare metal and more in a VM; polling too long costs more than it saves when the
-  // machine is oversubscribed. The clock is read every 64 polls.
-  bool done = busy_.load(std::memory_order_acquire) == 0;
-  if (!done) {
-    const int spin_us = g_spin_us.load(std::memory_order_relaxed);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-    for (int i = 1; !done; ++i) {
-      cpu_relax();
-      done = busy_.load(std::memory_order_acquire) == 0;
-      if (!done && i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+  // machine is oversubscribed. The clock is read every 64 polls; slots already seen done are
+  // not read again.
+  size_t w = 0;
+  const size_t nw = workers_.size();
+  const int spin_us = g_spin_us.load(std::memory_order_relaxed);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (int i = 1; w < nw; ++i) {
+    if (done_[w].generation.load(std::memory_order_acquire) == gen) {
+      ++w;
+      continue;
     }
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
   }
   std::exception_ptr err;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (prof && busy_.load(std::memory_order_acquire) != 0) g_slept.fetch_add(1, std::memory_order_relaxed);
-    done_cv_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
+    if (w < nw) {
+      caller_waiting_.store(true, std::memory_order_seq_cst);
+      if (prof && !workers_done(gen)) g_slept.fetch_add(1, std::memory_order_relaxed);
+      done_cv_.wait(lock, [&] { return workers_done(gen); });
+      caller_waiting_.store(false, std::memory_order_relaxed);
+    }
     err = error_;
     error_ = nullptr;
   }

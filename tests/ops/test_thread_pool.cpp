@@ -1,5 +1,5 @@
 // ThreadPool (core/thread_pool.h): coverage of the index range, exceptions, back-to-back jobs,
-// nesting, and the caller's poll-then-sleep wait with its profile counters.
+// nesting, and the caller's poll-then-sleep wait with its profile counters and its wake-ups.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -125,6 +125,23 @@ TEST(ThreadPool, CallerPollsThenSleepsAndCountsIt) {
   EXPECT_EQ(slept_with(10'000'000), 0u);     // 10 s of polling outlasts them
   ThreadPool::set_caller_spin_us(saved);
   EXPECT_EQ(ThreadPool::caller_spin_us(), saved);
+}
+
+// With no poll the caller sleeps on the workers in every region: the workers' done slots and
+// the caller's wait must not lose a wake-up between them (a lost one hangs the test).
+TEST(ThreadPool, CallerSleepingInEveryRegionMissesNoWorker) {
+  ThreadPool pool(4);
+  const int saved = ThreadPool::caller_spin_us();
+  ThreadPool::set_caller_spin_us(0);
+  for (int job = 0; job < 3000; ++job) {
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(4 + job % 5, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i + 1;
+    });
+    const int64_t n = 4 + job % 5;
+    ASSERT_EQ(sum.load(), n * (n + 1) / 2) << "job " << job;
+  }
+  ThreadPool::set_caller_spin_us(saved);
 }
 
 }  // namespace
