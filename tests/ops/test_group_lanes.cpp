@@ -163,6 +163,38 @@ TEST(GroupLanes, IntegerMatvecReadsTheLayout) {
   }
 }
 
+// x's digits in group-lane order are the natural order's digits moved: the byte of digit k (0:
+// the 2^16 one) of column 8 t + 2 j + e of group g (e = 0 lo, 1 hi) sits at step (g / 16) wg + t,
+// vector 2 k + e, lane g % 16, byte j; in natural order at chunk col / 128, vector 2 k + e, byte
+// (col % 128) / 2. Lanes past a partial block's groups are zero.
+TEST(GroupLanes, VnniPrepareMovesTheNaturalDigits) {
+  if (cpu_isa_detected() < CpuIsa::Avx512Vnni) GTEST_SKIP() << "no AVX512-VNNI";
+  const cpu::Kernels& k = cpu::kernels_avx512_vnni();
+  for (const Shape s : kShapes) {
+    VnniCase c = vnni_case(s, DType::BF16, 41);
+    cpu::PreparedX pn;
+    ASSERT_TRUE(k.prepare_special(c.o.w, c.x.data(), &pn));
+    const int64_t gs = s.group_size, wg = gs / 8, ng = s.cols / gs;
+    const auto& xl = c.px.xd;
+    ASSERT_EQ(int64_t(xl.size()), (ng + 15) / 16 * wg * 384) << c.o.name();
+    std::vector<bool> seen(xl.size());
+    for (int64_t col = 0; col < s.cols; ++col)
+      for (int64_t kd = 0; kd < 3; ++kd) {
+        const int64_t g = col / gs, t = col % gs / 8, j = col % 8 / 2, v = 2 * kd + col % 2;
+        const size_t at = size_t(((g / 16) * wg + t) * 384 + v * 64 + g % 16 * 4 + j);
+        ASSERT_EQ(xl[at], pn.xd[size_t(col / 128 * 384 + v * 64 + col % 128 / 2)]) << c.o.name() << " column " << col << " digit " << kd;
+        seen[at] = true;
+      }
+    for (size_t i = 0; i < xl.size(); ++i) {
+      if (!seen[i]) {
+        ASSERT_EQ(xl[i], 0) << c.o.name() << " byte " << i;
+      }
+    }
+    EXPECT_EQ(c.px.dx, pn.dx) << c.o.name();
+    EXPECT_EQ(c.px.gsum, pn.gsum) << c.o.name();
+  }
+}
+
 // The AVX2 integer matvec reads the layout itself too: x prepared in group-lane order (half
 // blocks of 8 groups), and the same integer sums per group as in natural order, so the same bits
 // (partial blocks of 12 and 1 groups, whose last half runs two rows at once, group sizes 64 and

@@ -642,25 +642,32 @@ TEST(OpsCpu, BatchedExpertsMatchReference) {
   set_cpu_threads(0);
 }
 
-// Decode's fused experts (one region: gate / up, h prepared by the block that completes it,
-// then down and the weighted combine per block of output rows) equal swiglu_experts followed
-// by combine_weighted bitwise, on 1, 3 and 5 threads at every ISA, and the reference within
-// the dot tolerance; also for mixed layouts (the unfused fallback) and a single expert.
+// Decode's fused experts (one region: x prepared, gate / up, h prepared by the block that
+// completes it, then down and the weighted combine per block of output rows) equal
+// swiglu_experts followed by combine_weighted bitwise, on 1, 3 and 5 threads at every ISA, and
+// the reference within the dot tolerance; also for mixed layouts (the unfused fallback), a
+// single expert, and weights in group-lane order.
 TEST(OpsCpu, FusedExpertsAndCombineAreBitIdenticalToUnfused) {
   const int64_t hidden = 512, dim = 576;  // 2.4 MB of gate + up rows; dim not a multiple of the row blocks
-  std::vector<OwnedWeight> g, u, d;
+  std::vector<OwnedWeight> g, u, d, gl, ul, dl;
   for (int i = 0; i < 8; ++i) {
     g.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(110 + i)));
     u.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(120 + i)));
     d.push_back(test::random_affine(dim, hidden, 4, 64, DType::BF16, uint32_t(130 + i)));
+    gl.push_back(test::in_group_lanes(g.back())), ul.push_back(test::in_group_lanes(u.back()));
+    dl.push_back(test::in_group_lanes(d.back()));
   }
   const OwnedWeight up8 = test::random_affine(hidden, dim, 8, 64, DType::BF16, 140);
   const auto x = test::randn(size_t(dim), 141), wts = test::randn(8, 142);
-  struct Case { int n; bool mixed; };
-  for (const Case c : {Case{8, false}, Case{8, true}, Case{1, false}, Case{3, false}}) {
+  struct Case { int n; bool mixed, lanes; };
+  for (const Case c : {Case{8, false, false}, Case{8, true, false}, Case{1, false, false}, Case{3, false, false},
+                       Case{8, false, true}}) {
     std::vector<const QWeight*> gp, up, dp;
-    for (int i = 0; i < c.n; ++i)
-      gp.push_back(&g[size_t(i)].w), up.push_back(c.mixed && i == 2 ? &up8.w : &u[size_t(i)].w), dp.push_back(&d[size_t(i)].w);
+    for (int i = 0; i < c.n; ++i) {
+      const size_t j = size_t(i);
+      gp.push_back(c.lanes ? &gl[j].w : &g[j].w), dp.push_back(c.lanes ? &dl[j].w : &d[j].w);
+      up.push_back(c.mixed && i == 2 ? &up8.w : c.lanes ? &ul[j].w : &u[j].w);
+    }
     // The reference: each expert through the reference ops, combined in order.
     std::vector<float> want(size_t(dim), 0.0f);
     for (int i = 0; i < c.n; ++i) {
@@ -679,11 +686,49 @@ TEST(OpsCpu, FusedExpertsAndCombineAreBitIdenticalToUnfused) {
         std::vector<float> unfused(size_t(dim), NAN), fused(size_t(dim), NAN);
         combine_weighted(c.n, cp.data(), wts.data(), unfused.data(), 0, dim);
         swiglu_experts_combined(c.n, gp.data(), up.data(), dp.data(), x.data(), wts.data(), fused.data());
-        EXPECT_EQ(fused, unfused) << "n " << c.n << (c.mixed ? " mixed" : "") << " isa " << cpu_isa_name(isa)
-                                  << " threads " << threads;
+        EXPECT_EQ(fused, unfused) << "n " << c.n << (c.mixed ? " mixed" : "") << (c.lanes ? " lanes" : "") << " isa "
+                                  << cpu_isa_name(isa) << " threads " << threads;
         EXPECT_LE(test::rel_l2(fused, want), kDotTol) << "n " << c.n << " isa " << cpu_isa_name(isa);
       }
     }
+  }
+  set_cpu_threads(0);
+}
+
+// An x with an infinity (group-lane weights, whose integer paths refuse it): the fused experts
+// leave it to the float path as the unfused ops do, with the same results (NaN where they have
+// NaN).
+TEST(OpsCpu, FusedExpertsTakeANonFiniteXAsUnfused) {
+  const int64_t hidden = 256, dim = 2048;  // two blocks of 16 groups, the infinity in the second
+  std::vector<OwnedWeight> g, u, d;
+  std::vector<const QWeight*> gp, up, dp;
+  for (int i = 0; i < 4; ++i) {
+    g.push_back(test::in_group_lanes(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(150 + i))));
+    u.push_back(test::in_group_lanes(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(160 + i))));
+    d.push_back(test::in_group_lanes(test::random_affine(dim, hidden, 4, 64, DType::BF16, uint32_t(170 + i))));
+  }
+  for (int i = 0; i < 4; ++i) gp.push_back(&g[size_t(i)].w), up.push_back(&u[size_t(i)].w), dp.push_back(&d[size_t(i)].w);
+  auto x = test::randn(size_t(dim), 171);
+  x[1500] = INFINITY;
+  const auto wts = test::randn(4, 172);
+  set_cpu_threads(3);
+  for (CpuIsa isa : test::cpu_isas_available()) {
+    ScopedCpuIsa scoped(isa);
+    std::vector<std::vector<float>> ys(4, std::vector<float>(size_t(dim), 0.0f));
+    std::vector<float*> op;
+    std::vector<const float*> cp;
+    for (auto& y : ys) op.push_back(y.data()), cp.push_back(y.data());
+    swiglu_experts(4, gp.data(), up.data(), dp.data(), x.data(), op.data());
+    std::vector<float> unfused(size_t(dim), 0.0f), fused(size_t(dim), 0.0f);
+    combine_weighted(4, cp.data(), wts.data(), unfused.data(), 0, dim);
+    swiglu_experts_combined(4, gp.data(), up.data(), dp.data(), x.data(), wts.data(), fused.data());
+    int64_t nan = 0;
+    for (int64_t r = 0; r < dim; ++r) {
+      const float a = fused[size_t(r)], b = unfused[size_t(r)];
+      nan += std::isnan(b);
+      ASSERT_TRUE(std::isnan(a) ? std::isnan(b) : a == b) << "row " << r << " isa " << cpu_isa_name(isa);
+    }
+    EXPECT_GT(nan, 0) << cpu_isa_name(isa);  // the infinity reached the output
   }
   set_cpu_threads(0);
 }

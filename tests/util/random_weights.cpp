@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "ops/group_lanes.h"
+
 namespace moeflux::test {
 
 uint16_t f32_to_f16_bits(float f) {
@@ -64,6 +66,15 @@ OwnedWeight random_affine(int64_t rows, int64_t cols, int bits, int group_size, 
   w.bits = bits, w.group_size = group_size, w.sdtype = sdtype;
   w.data = o.data.data(), w.scales = o.scales.data(), w.biases = o.biases.data();
   return o;
+}
+
+OwnedWeight in_group_lanes(const OwnedWeight& o) {
+  OwnedWeight l{o.w, std::vector<uint8_t>(o.data.size()), o.scales, o.biases};
+  convert_group_lanes(o.w, 0, o.w.rows, true, l.data.data());
+  l.w.data = l.data.data();
+  l.w.scales = l.scales.data(), l.w.biases = l.biases.data();
+  l.w.group_lanes = true;
+  return l;
 }
 
 OwnedWeight random_dense(int64_t rows, int64_t cols, DType dtype, uint32_t seed) {
