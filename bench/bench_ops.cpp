@@ -116,7 +116,7 @@ void bm_prepare(benchmark::State& st, const WeightSet* ws, CpuIsa isa) {
   const auto x = test::randn(size_t(w.cols), 2);
   cpu::PreparedX px;
   for (auto _ : st) {
-    if (!k.prepare_special || !k.prepare_special(w, x.data(), &px)) cpu::prepare_x(w, x.data(), 1, k.lanes, true, &px);
+    cpu::prepare_for(k, w, x.data(), &px);
     benchmark::DoNotOptimize(px.xd.data());
   }
   st.SetLabel(ws->base.w.describe());

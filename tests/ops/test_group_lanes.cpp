@@ -20,19 +20,6 @@
 namespace moeflux {
 namespace {
 
-// o's weight in group-lane order (its codes in `data`, the scales and biases shared with o).
-struct LaneWeight {
-  QWeight w;
-  std::vector<uint8_t> data;
-};
-LaneWeight to_lanes(const test::OwnedWeight& o) {
-  LaneWeight l{o.w, std::vector<uint8_t>(o.w.data_bytes())};
-  convert_group_lanes(o.w, 0, o.w.rows, true, l.data.data());
-  l.w.data = l.data.data();
-  l.w.group_lanes = true;
-  return l;
-}
-
 struct Shape {
   int64_t rows, cols;
   int group_size;
@@ -59,7 +46,7 @@ TEST(GroupLanes, WordPositionsFollowTheDefinition) {
 TEST(GroupLanes, ConversionRoundTripsAndDequantisesTheSame) {
   for (const Shape s : kShapes) {
     const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, DType::BF16, 7);
-    const LaneWeight l = to_lanes(o);
+    const test::OwnedWeight l = test::in_group_lanes(o);
     if (s.cols > s.group_size) {
       EXPECT_NE(l.data, o.data) << o.name();  // the words did move
     }
@@ -83,7 +70,7 @@ TEST(GroupLanes, EveryOpAtEveryIsa) {
   for (const Shape s : kShapes)
     for (DType sd : {DType::BF16, DType::F16, DType::F32}) {
       const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, sd, 11);
-      const LaneWeight l = to_lanes(o);
+      const test::OwnedWeight l = test::in_group_lanes(o);
       const int64_t T = 3;
       const auto x = test::randn(size_t(T * s.cols), 12);
       std::vector<float> want(static_cast<size_t>(s.rows));
@@ -123,13 +110,13 @@ TEST(GroupLanes, EveryOpAtEveryIsa) {
 // matvec of the copy (px.digits false if that failed).
 struct VnniCase {
   test::OwnedWeight o;
-  LaneWeight l;
+  test::OwnedWeight l;
   std::vector<float> x;
   cpu::PreparedX px;
 };
 VnniCase vnni_case(const Shape s, DType sd, uint32_t seed) {
   VnniCase c{test::random_affine(s.rows, s.cols, 4, s.group_size, sd, seed), {}, test::randn(size_t(s.cols), seed + 1), {}};
-  c.l = to_lanes(c.o);
+  c.l = test::in_group_lanes(c.o);
   EXPECT_TRUE(cpu::kernels_avx512_vnni().prepare_special(c.l.w, c.x.data(), &c.px)) << c.o.name();
   return c;
 }
@@ -144,7 +131,7 @@ TEST(GroupLanes, IntegerMatvecReadsTheLayout) {
     VnniCase c = vnni_case(s, DType::BF16, 21);
     const auto& o = c.o;
     const auto& x = c.x;
-    const LaneWeight& l = c.l;
+    const test::OwnedWeight& l = c.l;
     cpu::PreparedX& px = c.px;
     EXPECT_TRUE(px.digits && px.group_lanes) << o.name();
     std::vector<float> y(static_cast<size_t>(s.rows), NAN), yn(y.size(), NAN), want(y.size());
@@ -205,7 +192,7 @@ TEST(GroupLanes, Avx2IntegerMatvecReadsTheLayout) {
   for (const Shape s : kShapes)
     for (DType sd : {DType::BF16, DType::F32}) {
       const auto o = test::random_affine(s.rows, s.cols, 4, s.group_size, sd, 41);
-      const LaneWeight l = to_lanes(o);
+      const test::OwnedWeight l = test::in_group_lanes(o);
       const auto x = test::randn(size_t(s.cols), 42);
       cpu::PreparedX pl, pn;
       const bool takes = s.group_size % 64 == 0;
@@ -240,7 +227,7 @@ TEST(GroupLanes, IntegerMatvecSameBitsForEveryRowBlock) {
   for (const Shape s : kShapes) {
     const VnniCase c = vnni_case(s, DType::F16, 31);
     const auto& o = c.o;
-    const LaneWeight& l = c.l;
+    const test::OwnedWeight& l = c.l;
     const cpu::PreparedX& px = c.px;
     std::vector<float> first;
     for (int rows : {4, 1})

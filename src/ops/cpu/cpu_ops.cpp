@@ -123,11 +123,6 @@ void matvec(const QWeight& w, const float* x, float* y) {
 }
 
 namespace {
-// x prepared for w with the table's ISA path (the int16 path when it takes w, else lanes).
-void prepare_for(const cpu::Kernels& k, const QWeight& w, const float* x, cpu::PreparedX* px) {
-  if (!k.prepare_special || !k.prepare_special(w, x, px)) cpu::prepare_x(w, x, 1, k.lanes, true, px);
-}
-
 // x of a batch of T tokens prepared for w, the tokens shared by the threads: one thread's pass
 // over 128 tokens was ~0.5 ms a call on the dev VM, serial time before each of a layer's
 // projections.
@@ -216,7 +211,7 @@ void matvec_multi_then(int n, const QWeight* const* ws, const float* x, float* c
     }
   const cpu::Kernels& k = kernels();
   cpu::PreparedX& px = prepared_x();
-  prepare_for(k, *ws[0], x, &px);
+  cpu::prepare_for(k, *ws[0], x, &px);
   const cpu::PreparedX* pxs[8];
   std::fill(pxs, pxs + n, &px);
   rows_region(k, n, ws, pxs, ys, align, then);
@@ -295,7 +290,7 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
   float* gu = cpu::scratch(4, size_t(2 * n * items.hidden));
   std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n) + 1);
   const cpu::PreparedX& px = pool[size_t(n)];  // x; pool[i] is expert i's h
-  prepare_for(k, *gate[0], x, &pool[size_t(n)]);
+  cpu::prepare_for(k, *gate[0], x, &pool[size_t(n)]);
   // Region 1: the gate / up items; the thread that completes an expert's h prepares it for
   // down (no serial pass between the regions: dev 9 us a layer). Region 2: all down rows, each
   // expert against its own h.
@@ -305,7 +300,7 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
   each_item(n * items.blocks, items.small(n), [&](int64_t b) {
     const int64_t i = items.run(k, b, px, gu);
     if (left[size_t(i)].fetch_sub(1, std::memory_order_acq_rel) == 1)
-      prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
+      cpu::prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
   });
   pt.next("experts.down");
   std::vector<const cpu::PreparedX*> pxs(static_cast<size_t>(n));
@@ -350,7 +345,7 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
   float* gu = cpu::scratch(4, size_t(2 * n * items.hidden));
   std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n) + 1);
   cpu::PreparedX& px = pool[size_t(n)];  // x; pool[i] is expert i's h
-  prepare_for(k, *gate[0], x, &px);
+  cpu::prepare_for(k, *gate[0], x, &px);
   const int64_t gu_items = n * items.blocks;
   const int64_t dchunks = 4 * max_chunks_per_thread() * cpu_thread_pool().size();  // small: the region ends with them
   const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
@@ -370,7 +365,7 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
       try {
         const int64_t i = items.run(k, b, px, gu);
         if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) {  // h_i complete: prepare it here
-          prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
+          cpu::prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
           prepared[i].store(true, std::memory_order_release);
         }
       } catch (...) {
@@ -613,7 +608,7 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
         const CausalItems::Heads h = items.run(kn, b, p);  // of the one token
         if (gate) sigmoid_gate(gate + h.first * head_dim, att + h.first * head_dim, h.count * head_dim);
         if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) {  // att complete: prepare it here
-          prepare_for(kn, wo, att, &px);
+          cpu::prepare_for(kn, wo, att, &px);
           ready.store(true, std::memory_order_release);
         }
       } catch (...) {
@@ -660,7 +655,7 @@ void matvec_row_blocks(const QWeight& w, int64_t n_blocks, int64_t r0, int64_t r
     cpu::PreparedX& px = prepared_x();
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t rb = r0 + b * rstride;
-      prepare_for(k, w, x + b * ldx, &px);
+      cpu::prepare_for(k, w, x + b * ldx, &px);
       k.matvec_rows(w, px, rows.data(), rb, rb + n);
       std::copy(rows.data() + rb, rows.data() + rb + n, y + b * ldy);
     }

@@ -130,6 +130,12 @@ struct Kernels {
                  int64_t vstride, int64_t head_dim, int64_t v_dim, float scale, float* p, float* out);
 };
 
+// One token's x prepared for w on k's path: its integer path (prepare_special) when it takes w,
+// else lanes (prepare_x, shifted for matvec).
+inline void prepare_for(const Kernels& k, const QWeight& w, const float* x, PreparedX* px) {
+  if (!k.prepare_special || !k.prepare_special(w, x, px)) prepare_x(w, x, 1, k.lanes, true, px);
+}
+
 const Kernels& kernels_scalar();
 // The Avx2 level's integer matvec (kernels_avx2_int.cpp): prepare_special of its table (false
 // for weights it does not take), and rows of y for x it prepared (px.words).
