@@ -1,10 +1,13 @@
 // AVX2 integer matvec (the Avx2 level's decode path for affine 4- and 8-bit codes). x is
-// held per quantisation group g in two integer parts: with dx_g = 2^(E - 14), E the exponent of
-// m = max|x_g| (m in [2^(E-1), 2^E)), q_c = round(x_c / dx_g) in int16 (|q| <= 2^14) and the
-// rest r_c = x_c / dx_g - q_c (exact: dx is a power of two) as d_c = round(R r_c) in int8, R =
-// 256 for 4-bit codes (d clamped to 127 where r is exactly 1/2) and 128 for 8-bit (|d| <= 64,
-// so that vpmaddubsw's pairs of code bytes cannot saturate), so |x_c - (q_c + d_c / R) dx_g|
-// <= dx_g / 256 <= 2^-21 m (2^-22 m but for the clamp, 4-bit).
+// held per quantisation group g in two integer parts: with dx_g = 2^(E - B), E the exponent of
+// m = max|x_g| (m in [2^(E-1), 2^E); E one higher where m / dx would round to 2^15), B = 15 for
+// 4-bit codes and 14 for 8-bit, q_c = round(x_c / dx_g) in int16 (|q| < 2^B) and the rest r_c =
+// x_c / dx_g - q_c (exact: dx is a power of two) as d_c = round(R r_c) in int8, R = 128 (|d| <=
+// 64: vpmaddubsw's pairs of 8-bit code bytes cannot saturate, and 8 steps of 4-bit group-lane
+// sums against d fit int16 before they are widened), so |x_c - (q_c + d_c / R) dx_g| <= dx_g /
+// 256 <= 2^-(B + 7) m: 2^-22 m for 4-bit codes, 2^-21 m for 8-bit. (Until the twenty-sixth pass
+// of issue 8 4-bit codes had B = 14 and R = 256, the same precision, and the lane kernels
+// widened every 4 steps: ~4% of their time on Zen 3.)
 // Each 32-byte chunk of codes meets q through vpmaddwd, code k of each 16-bit word cut out in
 // place (4-bit: the bytes' low and high nibbles, then each word's low and high byte of those;
 // 8-bit: the word's low and high byte), so word m of the chunk meets q's vector k at lane m with
@@ -61,9 +64,14 @@ bool fits(const QWeight& w) {
 // the high nibbles (odd); 8-bit, 32 bytes, d of code b at byte b.
 template <int BITS>
 constexpr int64_t kXChunk = kChunkCodes<BITS> * 3 / 2;
-// d's scale R (the file's comment).
+// d's scale R, and q's bits (dx = 2^(E - kQBits)); the file's comment.
 template <int BITS>
-constexpr float kRestScale = BITS == 4 ? 256.0f : 128.0f;
+constexpr float kRestScale = 128.0f;
+template <int BITS>
+constexpr int kQBits = BITS == 4 ? 15 : 14;
+// Group-lane steps whose int16 sums against d are added up before they are widened to int32: at
+// most 2 x 2 codes < 16 times |d| <= 64 a lane per step, 3840, so 8 steps stay below 2^15.
+constexpr int64_t kWidenSteps = 8;
 
 // q and d of one chunk, codes in the chunk's order (n < CH: q[n], d[n]), into its slot xq of
 // px->xw (the layout above).
@@ -116,11 +124,13 @@ bool prepare_words_bits(const QWeight& w, const float* x, PreparedX* px) {
     if (!std::isfinite(m) || std::isnan(sum)) return false;
     px->gsum[size_t(g)] = sum;
     // A group with m < 2^-100 is left at zero (its inverse step would leave f32's range).
+    // Where m / dx would round to 2^15 (m within 2^-16 of 2^E), the step doubles.
     int e = 0;
     std::frexp(m, &e);
+    if (std::ldexp(m, kQBits<BITS> - e) >= 32767.5f) ++e;
     const bool tiny = !(m >= 0x1p-100f);
-    px->dx[size_t(g)] = tiny ? 0.0f : std::ldexp(1.0f, e - 14);
-    const __m256 inv = _mm256_set1_ps(tiny ? 0.0f : std::ldexp(1.0f, 14 - e));
+    px->dx[size_t(g)] = tiny ? 0.0f : std::ldexp(1.0f, e - kQBits<BITS>);
+    const __m256 inv = _mm256_set1_ps(tiny ? 0.0f : std::ldexp(1.0f, kQBits<BITS> - e));
     for (int64_t c = 0; c < gs; c += L) {
       const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg + c), inv);  // exact: inv is 2^k
       const __m256 qf = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -229,7 +239,7 @@ inline __m256i widen(__m128i v) { return _mm256_zextsi128_si256(v); }
 // against q (vpmaddwd of codes k of each word and q vector k; the nibbles of each byte, lo and
 // hi, serve both parts: a word of lo holds codes 0 and 2 of the word, hi codes 1 and 3), and
 // the int16 lane sums against d (vpmaddubsw of the nibbles; at most 4 codes < 16 times |d| <=
-// 128 a lane: 7680).
+// 64 a lane: 3840).
 template <typename V, bool PAIR = false>
 __attribute__((always_inline)) inline void nibble_dot(V v, const int16_t* x, V* q32, V* d16) {
   const V n = vset8<V>(0x0f), m = vset16<V>(0x00ff);
@@ -387,8 +397,8 @@ float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
 // lanes, or 4 when nh <= 4). step: the half's first code word (step t's words at step + t * nb
 // words, nb the block's groups); xw: the half's chunk of step 0 (step t's at xw + 2 t kXChunk).
 // PAIR (nh <= 4): rows r and r + 1 (rb bytes on) at once, lanes 4-7 row r + 1's groups.
-// The rest's int16 sums (nibble_dot's, at most 7680 a lane per step) are widened every 4 steps (wg, the
-// steps, is a multiple of 8; WG fixes it, 0: at run time). The same integers as the natural
+// The rest's int16 sums (nibble_dot's, at most 3840 a lane per step) are widened every
+// kWidenSteps = 8 steps (wg, the steps, is a multiple of 8; WG fixes it, 0: at run time). The same integers as the natural
 // order's block_sums, so the same bits.
 template <typename V, bool FULL, int WG, bool PAIR = false>
 __attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64_t nb, int nh, const int16_t* xw, int64_t wg, __m256i* sa, __m256i* sd,
@@ -396,12 +406,12 @@ __attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64
   if constexpr (WG) wg = WG;
   const V one = vset16<V>(1);
   V s{}, r{};
-  for (int64_t t0 = 0; t0 < wg; t0 += 4) {
+  for (int64_t t0 = 0; t0 < wg; t0 += kWidenSteps) {
     V r16{};
     // Not unrolled: the compiler's interleaving of 4 steps spills (Zen 1: 189 -> 217 us at the
     // expert gate / up shape, bench_ops).
 #pragma GCC unroll 1
-    for (int64_t t = t0; t < t0 + 4; ++t) {
+    for (int64_t t = t0; t < t0 + kWidenSteps; ++t) {
       V q32, d16;
       nibble_dot<V, PAIR>(lcodes<V, FULL, PAIR>(reinterpret_cast<const int*>(step + t * nb * 4), rb, nh), xw + 2 * t * kXChunk<4>, &q32, &d16);
       s = vadd32(s, q32), r16 = vadd16(r16, d16);
@@ -422,10 +432,10 @@ __attribute__((always_inline)) inline void lanes_two(const uint8_t* const p[2], 
   if constexpr (WG) wg = WG;
   const __m256i one = _mm256_set1_epi16(1);
   __m256i s[2] = {}, r[2] = {};
-  for (int64_t t0 = 0; t0 < wg; t0 += 4) {
+  for (int64_t t0 = 0; t0 < wg; t0 += kWidenSteps) {
     __m256i r16[2] = {};
 #pragma GCC unroll 1
-    for (int64_t t = t0; t < t0 + 4; ++t) {
+    for (int64_t t = t0; t < t0 + kWidenSteps; ++t) {
 #pragma GCC unroll 2
       for (int i = 0; i < 2; ++i) {
         __m256i q32, d16;
@@ -564,6 +574,35 @@ void lanes_block_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y)
   for (int i = 0; i < R; ++i) y[r + i] = hsum(acc[i]) + hsum(bacc[i]);
 }
 
+// Rows [r0, r1) of full blocks only (ng a multiple of 16): lanes_row_dot's arithmetic row by
+// row, but each row's sum across lanes is taken after the next row's first block, so that the
+// chain from its last block's sums to y[r] overlaps the next row's steps (Zen 3, one thread,
+// bench_ops from L2: the attention q shape 304 -> 272 us; with the block's prefetches unrolled
+// 260). The same additions in the same order, so the same bits. (Deferring each block's
+// add_block past the next block's steps as well was slower: 348 us.)
+template <DType S, int WG>
+void lanes_rows_full(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
+  const int64_t gs = w.group_size, ng = w.cols / gs, wg = WG ? WG : gs / 8, pb = ng * kParamBytes<S>;
+  const int64_t rb = w.cols / 2;  // bytes of a row of codes
+  const float *dx = px.dx.data(), *gsum = px.gsum.data();
+  __m256 pacc = _mm256_setzero_ps(), pbacc = pacc;  // the previous row's, not yet reduced
+  for (int64_t r = r0; r < r1; ++r) {
+    prefetch_row_params(w, r + kParamsAhead, 1, size_t(pb));
+    const uint8_t* row = w.data + r * rb;
+    const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
+    __m256 acc = _mm256_setzero_ps(), bacc = _mm256_setzero_ps();
+    for (int64_t b = 0; 16 * b < ng; ++b) {
+      const uint8_t* blk = row + 16 * b * wg * 4;
+#pragma GCC unroll 16
+      for (int64_t o = 0; o < 16 * wg * 4; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + o) + 2048, _MM_HINT_T0);
+      full_block<S, WG>(blk, px.xw.data() + b * wg * 2 * kXChunk<4>, sp, bp, 16 * b, wg, dx, gsum, &acc, &bacc);
+      if (b == 0 && r > r0) y[r - 1] = hsum(pacc) + hsum(pbacc);
+    }
+    pacc = acc, pbacc = bacc;
+  }
+  y[r1 - 1] = hsum(pacc) + hsum(pbacc);
+}
+
 template <DType S, int WG>
 void lanes_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   const int64_t ng = w.cols / w.group_size, tail = ng % 16;
@@ -579,6 +618,7 @@ void lanes_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int
       lanes_block_dot<S, WG, 2>(w, px, r, y);
     }
   }
+  if (tail == 0 && r < r1) return lanes_rows_full<S, WG>(w, px, y, r, r1);
   for (; r < r1; ++r) {
     prefetch_row_params(w, r + kParamsAhead, 1, pb);
     y[r] = lanes_row_dot<S, WG>(w, px, r);
