@@ -255,6 +255,29 @@ TEST(OpsCpu, WordXErrorAtExpertShape) {
   EXPECT_LE(expert_shape_rel_l2(CpuIsa::Avx2, "word_x_rel_l2"), kDotTol);
 }
 
+// The AVX2 integer path holds a 4-bit weight's x as q in int16 with |q| < 2^15: a group whose
+// largest |x| lies just below a power of two (where x / dx would round to 2^15) takes the next
+// step up, in both orders of the codes; without that, q wraps to -2^15 there.
+TEST(OpsCpu, WordXAtTheTopOfAnExponent) {
+  if (cpu_isa_detected() < CpuIsa::Avx2) GTEST_SKIP() << "no AVX2";
+  const auto o = test::random_affine(40, 2048, 4, 64, DType::BF16, 61);
+  const test::OwnedWeight l = test::in_group_lanes(o);
+  auto x = test::randn(2048, 62);
+  const float top = std::nextafter(1.0f, 0.0f);  // 1 - 2^-24
+  for (int64_t g = 0; g < 32; ++g) {
+    for (int64_t c = 0; c < 64; ++c) x[size_t(g * 64 + c)] *= 0.25f;  // |x| < 1 in most groups
+    x[size_t(g * 64 + g % 64)] = g % 2 ? top : -top;
+    x[size_t(g * 64 + (g + 7) % 64)] = (g % 3 ? 1.0f : -1.0f) * std::ldexp(top, -int(g % 5));
+  }
+  std::vector<float> want(40), y(40), yl(40);
+  matvec_ref(o.w, x.data(), want.data());
+  ScopedCpuIsa scoped(CpuIsa::Avx2);
+  matvec(o.w, x.data(), y.data());
+  matvec(l.w, x.data(), yl.data());
+  EXPECT_LE(test::rel_l2(y, want), 1e-5);
+  EXPECT_EQ(y, yl);
+}
+
 TEST(OpsCpu, MatvecMultiMatchesReference) {
   // q / k / v at decode: same layout, ragged rows; big enough (> 256 KiB) to run in parallel.
   std::vector<OwnedWeight> qkv;
