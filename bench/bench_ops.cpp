@@ -215,7 +215,9 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   struct Shape { int64_t rows, cols; const char* what; };
   const Shape shapes[] = {{768, 2048, "expert_gate_up"}, {2048, 768, "expert_down"},
                           {4096, 2048, "attn_q"}, {512, 2048, "attn_kv"}, {2048, 4096, "attn_o"},
-                          {151936, 2048, "lm_head"}};
+                          {151936, 2048, "lm_head"},
+                          // Qwen3-Next / Qwen3.5 experts (512 wide) and Qwen3-235B-A22B's down (1536 wide)
+                          {512, 2048, "expert512_gate_up"}, {2048, 512, "expert512_down"}, {4096, 1536, "expert1536_down"}};
   const CpuIsa isas_q[] = {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni};  // + x in int8 digits
   for (const Shape& s : shapes) {
     const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1));

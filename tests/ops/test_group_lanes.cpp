@@ -26,8 +26,10 @@ struct Shape {
 };
 // One block of 16 groups and more, partial last blocks (12 groups of an expert's down rows,
 // 20 of 32), every eligible group size; whole blocks only at group sizes 64 and 128 (the AVX2
-// kernel's lanes_rows_full).
-constexpr Shape kShapes[] = {{5, 768, 64}, {67, 2048, 64}, {9, 640, 32}, {4, 2176, 128}, {3, 64, 64}, {7, 640, 64}, {11, 1792, 64}, {6, 4096, 128}};
+// kernel's lanes_rows_full), and rows of 6 and 8 groups, and of a block and 8 (Qwen3.5's and
+// Qwen3-235B's expert down rows: 512 and 1536 wide).
+constexpr Shape kShapes[] = {{5, 768, 64}, {67, 2048, 64}, {9, 640, 32}, {4, 2176, 128}, {3, 64, 64}, {7, 640, 64},
+                             {11, 1792, 64}, {6, 4096, 128}, {7, 384, 64}, {9, 512, 64}, {5, 1536, 64}};
 
 TEST(GroupLanes, WordPositionsFollowTheDefinition) {
   // 768 columns in groups of 64: 12 groups of 8 words, one partial block (nb = 12); word 5 of
