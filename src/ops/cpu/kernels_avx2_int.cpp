@@ -1,13 +1,13 @@
 // AVX2 integer matvec (the Avx2 level's decode path for affine 4- and 8-bit codes). x is
 // held per quantisation group g in two integer parts: with dx_g = 2^(E - B), E the exponent of
 // m = max|x_g| (m in [2^(E-1), 2^E); E one higher where m / dx would round to 2^15), B = 15 for
-// 4-bit codes and 14 for 8-bit, q_c = round(x_c / dx_g) in int16 (|q| < 2^B) and the rest r_c =
-// x_c / dx_g - q_c (exact: dx is a power of two) as d_c = round(R r_c) in int8, R = 128 (|d| <=
-// 64: vpmaddubsw's pairs of 8-bit code bytes cannot saturate, and 8 steps of 4-bit group-lane
-// sums against d fit int16 before they are widened), so |x_c - (q_c + d_c / R) dx_g| <= dx_g /
-// 256 <= 2^-(B + 7) m: 2^-22 m for 4-bit codes, 2^-21 m for 8-bit. (Until the twenty-sixth pass
-// of issue 8 4-bit codes had B = 14 and R = 256, the same precision, and the lane kernels
-// widened every 4 steps: ~4% of their time on Zen 3.)
+// 4-bit codes and 14 for 8-bit, q_c = round(x_c / dx_g) in int16 (|q| < 2^15, <= 2^14 for
+// 8-bit) and the rest r_c = x_c / dx_g - q_c (exact: dx is a power of two) as d_c = round(R r_c)
+// in int8, R = 128 (|d| <= 64: vpmaddubsw's pairs of 8-bit code bytes cannot saturate, and 8
+// steps of 4-bit group-lane sums against d fit int16 before they are widened), so |x_c - (q_c +
+// d_c / R) dx_g| <= dx_g / 256 <= 2^-(B + 7) m: 2^-22 m for 4-bit codes, 2^-21 m for 8-bit.
+// (Until the twenty-sixth pass of issue 8 4-bit codes had B = 14 and R = 256, the same
+// precision, and the lane kernels widened every 4 steps: ~4% of their time on Zen 3.)
 // Each 32-byte chunk of codes meets q through vpmaddwd, code k of each 16-bit word cut out in
 // place (4-bit: the bytes' low and high nibbles, then each word's low and high byte of those;
 // 8-bit: the word's low and high byte), so word m of the chunk meets q's vector k at lane m with
@@ -398,8 +398,8 @@ float words_row_dot(const QWeight& w, const PreparedX& px, int64_t r) {
 // words, nb the block's groups); xw: the half's chunk of step 0 (step t's at xw + 2 t kXChunk).
 // PAIR (nh <= 4): rows r and r + 1 (rb bytes on) at once, lanes 4-7 row r + 1's groups.
 // The rest's int16 sums (nibble_dot's, at most 3840 a lane per step) are widened every
-// kWidenSteps = 8 steps (wg, the steps, is a multiple of 8; WG fixes it, 0: at run time). The same integers as the natural
-// order's block_sums, so the same bits.
+// kWidenSteps = 8 steps (wg, the steps, is a multiple of 8; WG fixes it, 0: at run time). The
+// same integers as the natural order's block_sums, so the same bits.
 template <typename V, bool FULL, int WG, bool PAIR = false>
 __attribute__((always_inline)) inline void lanes_half(const uint8_t* step, int64_t nb, int nh, const int16_t* xw, int64_t wg, __m256i* sa, __m256i* sd,
                                                       int64_t rb = 0) {
@@ -579,8 +579,8 @@ void lanes_block_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y)
 // next row's first block, so that the chain from its last block's sums to y[r] overlaps the
 // next row's steps (Zen 3, one thread, bench_ops from L2: the attention q shape 304 -> 272 us;
 // with the block's prefetches unrolled 260; 4096 x 1536, 238 -> 206 us, was row by row). The
-// same additions in the same order, so the same bits. (Deferring each block's
-// add_block past the next block's steps as well was slower: 348 us.)
+// same additions in the same order, so the same bits. (Deferring each block's add_block past
+// the next block's steps as well was slower: 348 us.)
 template <DType S, int WG>
 void lanes_rows_full(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   const int64_t gs = w.group_size, ng = w.cols / gs, wg = WG ? WG : gs / 8, pb = ng * kParamBytes<S>;
