@@ -578,7 +578,7 @@ void lanes_block_dot(const QWeight& w, const PreparedX& px, int64_t r, float* y)
 // lanes_row_dot's arithmetic row by row, but each row's sum across lanes is taken after the
 // next row's first block, so that the chain from its last block's sums to y[r] overlaps the
 // next row's steps (Zen 3, one thread, bench_ops from L2: the attention q shape 304 -> 272 us;
-// with the block's prefetches unrolled 260; 4096 x 1536, 238 -> 206 us, was row by row). The
+// with the block's prefetches unrolled 260; 4096 x 1536, 238 -> 208 us, was row by row). The
 // same additions in the same order, so the same bits. (Deferring each block's add_block past
 // the next block's steps as well was slower: 348 us.)
 template <DType S, int WG>
@@ -615,7 +615,7 @@ void lanes_rows_full(const QWeight& w, const PreparedX& px, float* y, int64_t r0
 
 // Rows of one half block of 5-8 groups (320-512 columns in groups of 64, as Qwen3.5's expert
 // down rows): two rows a pass against the same x (lanes_two), each row's sums added and reduced
-// as lanes_row_dot does (the same bits). One thread, bench_ops from L2: 2048 x 512, 55.7 -> 42.0
+// as lanes_row_dot does (the same bits). One thread, bench_ops from L2: 2048 x 512, 55.8 -> 41.9
 // us. (In lanes_block_dot the same branch slowed its 768-wide fours by ~2%.)
 template <DType S, int WG>
 void lanes_rows_half(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
