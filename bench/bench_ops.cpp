@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,17 +41,24 @@ size_t rotate_bytes() {
   return (e && std::atol(e) > 0 ? size_t(std::atol(e)) : size_t(128)) << 20;
 }
 
-// Copies of one weight, far enough apart in memory that reading them in turn misses cache.
+// Copies of one weight, far enough apart in memory that reading them in turn misses cache. Made
+// on first use (ready()), so that a filtered run makes only the sets its benchmarks read: every
+// set spans BENCH_OPS_ROTATE_MB, which must exceed the L3 (300 MiB on the GPU host's Xeon).
 struct WeightSet {
-  test::OwnedWeight base;
+  std::function<test::OwnedWeight()> make;
+  bool lanes;
+  mutable test::OwnedWeight base;
   // 64-byte aligned, as pack tensors are (kDenseAlign): a std::vector's 16-byte alignment makes
   // every 64-byte load of codes straddle two lines.
-  std::vector<AlignedVector<uint8_t>> data, scales, biases;
-  std::vector<QWeight> views;
-  size_t bytes = 0;  // weight + scale + bias bytes of one copy
+  mutable std::vector<AlignedVector<uint8_t>> data, scales, biases;
+  mutable std::vector<QWeight> views;
+  mutable size_t bytes = 0;  // weight + scale + bias bytes of one copy
   // lanes: every copy's codes rewritten in the group-lane layout (ops/group_lanes.h), as a
   // repacked resident pack holds them.
-  explicit WeightSet(test::OwnedWeight o, bool lanes = false) : base(std::move(o)) {
+  WeightSet(std::function<test::OwnedWeight()> m, bool l) : make(std::move(m)), lanes(l) {}
+  const WeightSet* ready() const {
+    if (!views.empty()) return this;
+    base = make();
     bytes = base.data.size() + base.scales.size() + base.biases.size();
     const size_t copies = std::max<size_t>(2, rotate_bytes() / bytes);
     for (size_t i = 0; i < copies; ++i) {
@@ -67,6 +75,7 @@ struct WeightSet {
       }
       views.push_back(w);
     }
+    return this;
   }
 };
 
@@ -84,6 +93,7 @@ void set_level(benchmark::State& st, CpuIsa isa, int threads) {
 }
 
 void bm_matvec(benchmark::State& st, const WeightSet* ws, CpuIsa isa, int threads) {
+  ws->ready();
   set_level(st, isa, threads);
   const QWeight& w0 = ws->views[0];
   const auto x = test::randn(size_t(w0.cols), 1);
@@ -110,6 +120,7 @@ void bm_matvec(benchmark::State& st, const WeightSet* ws, CpuIsa isa, int thread
 // One x prepared on one thread for a weight at a level's integer path (the step before each
 // projection of a decode token that no other thread shares): us per x.
 void bm_prepare(benchmark::State& st, const WeightSet* ws, CpuIsa isa) {
+  ws->ready();
   set_level(st, isa, 1);
   const cpu::Kernels& k = isa == CpuIsa::Avx512Vnni ? cpu::kernels_avx512_vnni() : cpu::kernels_avx2();
   const QWeight& w = ws->views[0];
@@ -134,6 +145,7 @@ void bm_region(benchmark::State& st, int threads, bool guided) {
 }
 
 void bm_matmul(benchmark::State& st, const WeightSet* ws, int64_t T, CpuIsa isa, int threads) {
+  ws->ready();
   set_level(st, isa, threads);
   const QWeight& w0 = ws->views[0];
   const auto x = test::randn(size_t(T * w0.cols), 1);
@@ -157,6 +169,8 @@ void bm_matmul(benchmark::State& st, const WeightSet* ws, int64_t T, CpuIsa isa,
 // One decode token through 8 routed experts (swiglu_experts: two parallel regions), each
 // expert's matrices taken from the rotating copies, so that every call reads from DRAM.
 void bm_swiglu_experts(benchmark::State& st, const WeightSet* gu, const WeightSet* dn, CpuIsa isa, int threads) {
+  gu->ready();
+  dn->ready();
   set_level(st, isa, threads);
   constexpr int kK = 8;
   const int64_t dim = gu->views[0].cols;
@@ -183,6 +197,62 @@ void bm_swiglu_experts(benchmark::State& st, const WeightSet* gu, const WeightSe
   st.SetLabel("8 x (" + gu->base.w.describe() + " x2, " + dn->base.w.describe() + ")");
 }
 
+// One decode token through 8 routed experts and their weighted sum in one parallel region
+// (swiglu_experts_combined: decode's path on 8 threads or more), group-lane weights as a
+// repacked resident pack holds them, each call's experts taken from the rotating copies.
+void bm_fused_experts(benchmark::State& st, const WeightSet* gu, const WeightSet* dn, CpuIsa isa, int threads) {
+  gu->ready();
+  dn->ready();
+  set_level(st, isa, threads);
+  constexpr int kK = 8;
+  const int64_t dim = gu->views[0].cols;
+  const auto x = test::randn(size_t(dim), 1);
+  std::vector<float> out(static_cast<size_t>(dim)), wt(kK, 1.0f / kK);
+  const size_t ng = gu->views.size(), nd = dn->views.size();
+  size_t i = 0;
+  const auto t0 = Clock::now();
+  for (auto _ : st) {
+    const QWeight *g[kK], *u[kK], *d[kK];
+    for (int k = 0; k < kK; ++k) {
+      g[k] = &gu->views[(i + 2 * size_t(k)) % ng], u[k] = &gu->views[(i + 2 * size_t(k) + 1) % ng];
+      d[k] = &dn->views[(i / 2 + size_t(k)) % nd];
+    }
+    swiglu_experts_combined(kK, g, u, d, x.data(), wt.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+    i = (i + 2 * kK) % ng;
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double gbs = double(kK) * double(2 * gu->bytes + dn->bytes) * double(st.iterations()) / s / 1e9;
+  st.counters["GB/s"] = gbs;
+  st.counters["ceil%"] = 100.0 * gbs / (threads == 1 ? g_ceil.bw1 : g_ceil.bw_all);
+  st.SetLabel("8 x (" + gu->base.w.describe() + " x2, " + dn->base.w.describe() + "), lanes");
+}
+
+// Decode's attention over 32 positions and the o projection in one parallel region
+// (attention_project; Qwen3-30B-A3B: 32 query heads, 4 kv heads of 128), wo from the rotating
+// copies. GB/s: wo's bytes.
+void bm_attention_project(benchmark::State& st, const WeightSet* wo, CpuIsa isa, int threads) {
+  wo->ready();
+  set_level(st, isa, threads);
+  const int64_t n_heads = 32, n_kv = 4, hd = 128, len0 = 31;
+  const auto q = test::randn(size_t(n_heads * hd), 1), k = test::randn(size_t((len0 + 1) * n_kv * hd), 2),
+             v = test::randn(size_t((len0 + 1) * n_kv * hd), 3);
+  std::vector<float> att(static_cast<size_t>(n_heads * hd)), out(static_cast<size_t>(wo->views[0].rows));
+  size_t i = 0;
+  const auto t0 = Clock::now();
+  for (auto _ : st) {
+    attention_project(q.data(), k.data(), v.data(), len0, 0, n_heads, n_kv, hd, 0.088f, nullptr, att.data(),
+                      wo->views[i], out.data());
+    benchmark::DoNotOptimize(out.data());
+    i = (i + 1) % wo->views.size();
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double gbs = double(wo->bytes) * double(st.iterations()) / s / 1e9;
+  st.counters["GB/s"] = gbs;
+  st.counters["ceil%"] = 100.0 * gbs / (threads == 1 ? g_ceil.bw1 : g_ceil.bw_all);
+  st.SetLabel("ctx 32, wo " + wo->base.w.describe() + ", lanes");
+}
+
 void bm_attention(benchmark::State& st, int64_t n_ctx, CpuIsa isa, int threads) {
   set_level(st, isa, threads);
   const int64_t n_heads = 32, n_kv = 4, hd = 128;
@@ -206,8 +276,8 @@ std::string load_average() {
 }
 
 void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
-  auto add_set = [&](test::OwnedWeight o, bool lanes = false) {
-    return keep.emplace_back(std::make_unique<WeightSet>(std::move(o), lanes)).get();
+  auto add_set = [&](std::function<test::OwnedWeight()> make, bool lanes = false) {
+    return keep.emplace_back(std::make_unique<WeightSet>(std::move(make), lanes)).get();
   };
   const std::vector<int> thread_counts = g_cores > 1 ? std::vector<int>{1, g_cores} : std::vector<int>{1};
     // Real shapes, 4-bit g64 (the MLX default): expert gate/up, expert down, q / k (v) / o projections,
@@ -220,7 +290,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
                           {512, 2048, "expert512_gate_up"}, {2048, 512, "expert512_down"}, {4096, 1536, "expert1536_down"}};
   const CpuIsa isas_q[] = {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni};  // + x in int8 digits
   for (const Shape& s : shapes) {
-    const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1));
+    const WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1); });
     for (CpuIsa isa : isas_q)
       for (int t : thread_counts)
         benchmark::RegisterBenchmark((std::string("Matvec/q4g64/") + s.what + "/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
@@ -229,7 +299,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   // The same shapes in the group-lane layout, at the levels whose integer matvec reads it.
   for (const Shape& s : shapes) {
     if (s.rows > 4096) continue;
-    const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1), /*lanes=*/true);
+    const WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
     for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
       for (int t : thread_counts)
         benchmark::RegisterBenchmark((std::string("Matvec/q4g64lanes/") + s.what + "/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
@@ -240,6 +310,21 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
     for (int t : thread_counts)
       benchmark::RegisterBenchmark((std::string("SwigluExperts/q4g64/k8/") + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
                                    bm_swiglu_experts, keep[0].get(), keep[1].get(), isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  // The same with group-lane weights in one region and the sum (decode's path on 8+ threads),
+  // and decode's attention with the o projection, at the levels with an integer path on them.
+  {
+    const WeightSet* gu = add_set([] { return test::random_affine(768, 2048, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
+    const WeightSet* dn = add_set([] { return test::random_affine(2048, 768, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
+    const WeightSet* wo = add_set([] { return test::random_affine(2048, 4096, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
+    for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
+      for (int t : thread_counts) {
+        const std::string at = std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t);
+        benchmark::RegisterBenchmark(("FusedExperts/q4g64lanes/k8/" + at).c_str(), bm_fused_experts, gu, dn, isa, t)
+            ->UseRealTime()->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark(("AttentionProject/q4g64lanes/ctx32/" + at).c_str(), bm_attention_project, wo, isa, t)
+            ->UseRealTime()->Unit(benchmark::kMicrosecond);
+      }
+  }
   // Every format at the attention-q shape (4096 x 2048).
   struct Fmt { const char* name; test::OwnedWeight (*make)(); };
   const Fmt fmts[] = {
@@ -255,7 +340,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
       {"fp8b128", [] { return test::random_fp8(4096, 2048, 128, 128, DType::F32, 11); }},
   };
   for (const Fmt& f : fmts) {
-    const WeightSet* ws = add_set(f.make());
+    const WeightSet* ws = add_set(f.make);
     const bool digit_x = f.name[0] == 'q' && (f.name[1] == '4' || f.name[1] == '8');
     for (CpuIsa isa : isas_q) {
       if (isa == CpuIsa::Avx512Vnni && !digit_x) continue;
@@ -266,7 +351,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   }
   // The router of a Qwen3-30B-A3B layer (128 experts), kept in bf16 by the converter.
   {
-    const WeightSet* ws = add_set(test::random_dense(128, 2048, DType::BF16, 13));
+    const WeightSet* ws = add_set([] { return test::random_dense(128, 2048, DType::BF16, 13); });
     for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512})
       for (int t : thread_counts)
         benchmark::RegisterBenchmark((std::string("Matvec/bf16/router/") + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
@@ -282,7 +367,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
                                    bm_matmul, keep[0].get(), T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
   // x prepares at the decode shapes' widths (q / k / v / gate / up: 2048, down: 768, o: 4096).
   for (const Shape& s : {Shape{16, 2048, "x2048"}, Shape{16, 768, "x768"}, Shape{16, 4096, "x4096"}}) {
-    const WeightSet* ws = add_set(test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 12), /*lanes=*/true);
+    const WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 12); }, /*lanes=*/true);
     for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
       benchmark::RegisterBenchmark((std::string("Prepare/q4g64lanes/") + s.what + "/" + std::string(cpu_isa_name(isa))).c_str(),
                                    bm_prepare, ws, isa)->Unit(benchmark::kMicrosecond);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "optests" (the op tests, OPTESTS filter), "opsbench" (bench_ops, OPSBENCH filter), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -95,12 +95,24 @@ for s in ${DEVICE_STEPS:-stream}; do
           done
           echo -n "round$round $name: " | tee -a "$OUT/envab.md"
           s0=$(head -1 /proc/stat)
-          timeout 90 env "${e[@]}" "$bin" bench -m "$p" ${BENCH:--p 0 -n 32 -r 3} --profile "${ta[@]}" 2>&1 | grep -E "^\| (qwen|tg[0-9]+ |pp[0-9]+ )|ceilings measured" | tr '\n' ' ' | tee -a "$OUT/envab.md"
+          timeout 90 env "${e[@]}" "$bin" bench -m "$p" ${BENCH:--p 0 -n 32 -r 3} --profile "${ta[@]}" 2>&1 | grep -E "^\| (qwen|tg[0-9]+ |pp[0-9]+ )|ceilings measured|^phase (attn|experts|moe|route|lm_head)" | sed -E 's/ +/ /g' | tr '\n' ' ' | tee -a "$OUT/envab.md"
           # The share of the guest's CPU time the host took (steal), over the whole bench run.
           echo "$s0" "$(head -1 /proc/stat)" | awk '{t0=0; for(i=2;i<=11;i++) t0+=$i; t1=0; for(i=13;i<=22;i++) t1+=$i; printf "steal %.1f%%", 100*($20-$9)/(t1-t0)}' | tee -a "$OUT/envab.md"
           echo | tee -a "$OUT/envab.md"
         done
       done ;;
+    optests)  # the op tests (test_ops_cpu's sources) built by hand against this build's engine library: the
+      # engine-only build has no tests, and the AVX-512 VNNI paths run only here. OPTESTS: a gtest filter.
+      g++ -O2 -std=c++20 -Isrc -Itests '-DMOEFLUX_TEST_SCRATCH="/tmp"' '-DMOEFLUX_TEST_DATA="tests/data"' '-DMOEFLUX_EXE="moeflux"' \
+          tests/ops/test_ops_cpu.cpp tests/ops/test_attention_project.cpp tests/ops/test_group_lanes.cpp tests/ops/test_thread_pool.cpp \
+          tests/util/random_weights.cpp tests/util/test_util.cpp "$W/build/src/libmoeflux_core.a" -lgtest -lgtest_main -lpthread -lz \
+          -o "$W/test_ops_cpu" 2>"$OUT/optests-build.log" || { tail -20 "$OUT/optests-build.log"; continue; }
+      timeout 300 "$W/test_ops_cpu" --gtest_filter="${OPTESTS:-*}" 2>&1 | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|tests? ran|Expected|Which is|actual" | head -60 | tee "$OUT/optests.md" ;;
+    opsbench)  # bench_ops by hand (the engine-only build has no benchmarks); OPSBENCH: a benchmark filter
+      [ "$W/bench_ops" -nt "$W/build/src/libmoeflux_core.a" ] || g++ -O2 -std=c++20 -Isrc -Itests bench/bench_ops.cpp \
+          tests/util/random_weights.cpp "$W/build/src/libmoeflux_core.a" -lbenchmark -lpthread -lz -o "$W/bench_ops" || continue
+      timeout 240 "$W/bench_ops" --benchmark_filter="${OPSBENCH:-Matvec}" --benchmark_min_time=0.2s --benchmark_repetitions=3 \
+          --benchmark_report_aggregates_only=true 2>&1 | grep -E "median|ERROR" | tee -a "$OUT/opsbench.txt" ;;
     ladder)  # where the decode's read rate goes: a bare loop with the kernel's vector work, the engine's kernel on
       # per-thread slices, in chunks, in one region, in decode-sized regions (docs/measurements/*-probe-2026-12-04.cpp.txt)
       cp docs/measurements/stream-compute-probe-2026-12-04.cpp.txt "$W/scprobe.cpp"

@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/cpu_ops.h"
 #include "util/random_weights.h"
+#include "util/test_util.h"
 
 namespace moeflux {
 namespace {
@@ -60,6 +61,51 @@ TEST(OpsCpu, AttentionProjectIsBitIdenticalToItsParts) {
           EXPECT_EQ(ThreadPool::profile().regions, threads > 1 ? 1u : 0u) << where;
         }
   }
+  set_cpu_threads(0);
+}
+
+// Wider att, prepared for wo in units of 16 groups by the attention items that finish them
+// (where the kernels prepare x in pieces): heads that straddle units (96 columns against units
+// of 512) and units that end in a partial block, and whole aligned blocks; the bits of the parts
+// run one after the other. An infinity in one head's values sends wo to the float path, as
+// matvec does.
+TEST(OpsCpu, AttentionProjectPreparesAttInUnits) {
+  struct Shape {
+    int64_t n_heads, n_kv_heads, head_dim;
+    int group_size;
+  };
+  for (const Shape sh : {Shape{12, 4, 96, 32}, Shape{16, 4, 128, 64}})
+    for (bool inf : {false, true}) {
+      const int64_t qd = sh.n_heads * sh.head_dim, len0 = 21, n_ctx = len0 + 1;
+      const auto wn = test::random_affine(512, qd, 4, sh.group_size, DType::BF16, 71), wl = test::in_group_lanes(wn);
+      const auto q = test::randn(size_t(qd), 5);
+      const auto k = test::randn(size_t(n_ctx * sh.n_kv_heads * sh.head_dim), 6);
+      auto v = test::randn(size_t(n_ctx * sh.n_kv_heads * sh.head_dim), 7);
+      if (inf) v[size_t(len0 * sh.n_kv_heads * sh.head_dim + 3)] = INFINITY;  // kv head 0's last position
+      const float scale = 1.0f / std::sqrt(float(sh.head_dim));
+      for (int threads : {2, 5, 16})
+        for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
+          for (const test::OwnedWeight* w : {&wn, &wl}) {
+            if (isa > cpu_isa_detected()) continue;
+            set_cpu_threads(threads);
+            ScopedCpuIsa scoped(isa);
+            std::vector<float> att_want(size_t(qd), NAN), want(size_t(w->w.rows), NAN);
+            attention_causal(q.data(), k.data(), v.data(), 1, len0, 0, sh.n_heads, sh.n_kv_heads, sh.head_dim,
+                             sh.head_dim, scale, att_want.data());
+            matvec(w->w, att_want.data(), want.data());
+            std::vector<float> att(size_t(qd), NAN), out(size_t(w->w.rows), NAN);
+            attention_project(q.data(), k.data(), v.data(), len0, 0, sh.n_heads, sh.n_kv_heads, sh.head_dim, scale,
+                              nullptr, att.data(), w->w, out.data());
+            const std::string where = "head_dim " + std::to_string(sh.head_dim) + " threads " +
+                                      std::to_string(threads) + " isa " + std::string(cpu_isa_name(isa)) +
+                                      (w == &wl ? " lanes" : "") + (inf ? " inf" : "");
+            EXPECT_TRUE(test::same_bits(att, att_want)) << where;
+            EXPECT_TRUE(test::same_bits(out, want)) << where;
+            if (inf) {
+              EXPECT_TRUE(std::isinf(att[3]) || std::isnan(att[3])) << where;  // the infinity did reach att
+            }
+          }
+    }
   set_cpu_threads(0);
 }
 

@@ -1,6 +1,7 @@
 // Helpers shared by the tests: where the test data lives, golden files, error metrics.
 #pragma once
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,11 @@ Golden load_golden(const std::string& path);
 double rel_l2(const float* a, const float* b, size_t n);
 inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() ? rel_l2(a.data(), b.data(), a.size()) : INFINITY;
+}
+
+// The same bit patterns, element by element (NaNs included, which == does not take as equal).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // A fresh empty directory under the system temp dir, removed by the destructor.

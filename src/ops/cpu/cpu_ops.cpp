@@ -323,6 +323,11 @@ bool guided_down() {
   static const bool on = env_on("MOEFLUX_GUIDED_DOWN");
   return on;
 }
+// Rows of the fused experts' first down blocks at least (MOEFLUX_DOWN_ROWS overrides; tuning).
+int64_t down_rows_min() {
+  static const int64_t n = (env_positive("MOEFLUX_DOWN_ROWS", 64) + 15) / 16 * 16;
+  return n;
+}
 }  // namespace
 
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
@@ -348,7 +353,7 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
   cpu::prepare_for(k, *gate[0], x, &px);
   const int64_t gu_items = n * items.blocks;
   const int64_t dchunks = 4 * max_chunks_per_thread() * cpu_thread_pool().size();  // small: the region ends with them
-  const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
+  const int64_t dblock = (std::max<int64_t>(down_rows_min(), (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
   // Down blocks: dblock rows each, or (guided) shrinking from dblock to 16 rows as the rows run
   // out, so that the region's last items are short.
   const std::vector<int64_t> dat =
@@ -599,18 +604,40 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
   const std::vector<int64_t> at = shrinking_bounds(wo.rows, 2 * pool.size(), 4, min_rows, std::max(min_rows, wo.rows));
   const int64_t n_attn = items.count(), n_rows = int64_t(at.size()) - 1;
   cpu::PreparedX& px = prepared_x();
-  std::atomic<int64_t> left{n_attn};  // attention items still running
-  std::atomic<bool> ready{false}, failed{false};  // att complete and prepared for wo (px)
+  // att is prepared for wo in units of 16 quantisation groups (one block of the group-lane
+  // layout) where the kernels prepare x in pieces: the attention item that finishes a unit's
+  // last columns prepares that unit, so that no thread prepares all of att while the rest wait
+  // (7.6 us a layer on the Xeon, the o rows' start; docs/benchmarks.md, twenty-fifth pass).
+  // Otherwise one unit: the item that finishes att prepares it whole.
+  static const bool pieces_on = env_on("MOEFLUX_ATT_PIECES");  // 0: one unit (A/B switch)
+  const bool pieces = pieces_on && kn.prepare_layout && kn.prepare_groups && kn.prepare_layout(wo, att, &px);
+  const int64_t ucols = pieces ? 16 * wo.group_size : wo.cols, n_units = (wo.cols + ucols - 1) / ucols;
+  std::vector<std::atomic<int64_t>> cols_left(static_cast<size_t>(n_units));  // per unit: att columns not yet written
+  for (int64_t u = 0; u < n_units; ++u) cols_left[size_t(u)].store(std::min(ucols, wo.cols - u * ucols), std::memory_order_relaxed);
+  std::atomic<int64_t> units_left{n_units};  // units not yet prepared
+  std::atomic<bool> ready{false}, failed{false}, nonfinite{false};  // ready: att prepared for wo (px)
+  // Columns [c0, c1) of att are written: prepare the units they complete; the last one
+  // publishes px (redone whole by prepare_for when a unit met a non-finite value).
+  auto written = [&](int64_t c0, int64_t c1) {
+    for (int64_t u = c0 / ucols; u * ucols < c1; ++u) {
+      const int64_t n = std::min(c1, (u + 1) * ucols) - std::max(c0, u * ucols);
+      if (cols_left[size_t(u)].fetch_sub(n, std::memory_order_acq_rel) != n) continue;
+      if (pieces) {
+        const int64_t g0 = u * ucols / wo.group_size, g1 = std::min(wo.cols, (u + 1) * ucols) / wo.group_size;
+        if (!kn.prepare_groups(wo, att, g0, g1, &px)) nonfinite.store(true, std::memory_order_relaxed);
+      }
+      if (units_left.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+      if (!pieces || nonfinite.load(std::memory_order_relaxed)) cpu::prepare_for(kn, wo, att, &px);
+      ready.store(true, std::memory_order_release);
+    }
+  };
   each_item(n_attn + n_rows, false, [&](int64_t b) {
     if (b < n_attn) {
       try {
         float* p = cpu::scratch(3, size_t(items.per_slice * (len0 + 1)));
         const CausalItems::Heads h = items.run(kn, b, p);  // of the one token
         if (gate) sigmoid_gate(gate + h.first * head_dim, att + h.first * head_dim, h.count * head_dim);
-        if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) {  // att complete: prepare it here
-          cpu::prepare_for(kn, wo, att, &px);
-          ready.store(true, std::memory_order_release);
-        }
+        if (h.count > 0) written(h.first * head_dim, (h.first + h.count) * head_dim);
       } catch (...) {
         failed.store(true, std::memory_order_release);
         throw;

@@ -128,6 +128,13 @@ struct Kernels {
   // does not depend on nh. False (nothing written) for shapes it does not take.
   bool (*attend)(const float* q, int64_t nh, const float* k, const float* v, int64_t n_ctx, int64_t kstride,
                  int64_t vstride, int64_t head_dim, int64_t v_dim, float scale, float* p, float* out);
+  // Optional (nullptr: prepare_for only): prepare_special in pieces that threads can share, for
+  // an x whose parts are finished by different threads. prepare_layout sizes px for w and
+  // records x without reading it (false: w does not take the path); prepare_groups then fills
+  // quantisation groups [g0, g1) (false: a non-finite value there; prepare_for must then redo
+  // px). Disjoint ranges may run at once; layout + all groups give prepare_special's bytes.
+  bool (*prepare_layout)(const QWeight& w, const float* x, PreparedX* px);
+  bool (*prepare_groups)(const QWeight& w, const float* x, int64_t g0, int64_t g1, PreparedX* px);
 };
 
 // One token's x prepared for w on k's path: its integer path (prepare_special) when it takes w,
