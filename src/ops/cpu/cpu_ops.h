@@ -102,8 +102,9 @@ void sigmoid_gate(const float* gate, float* out, int64_t n);
 
 // One decoded token's attention_causal (T = 1) and output projection, out = wo (att * sigmoid(gate))
 // (no gate when gate is null), in one parallel region: the attention items first, then blocks of
-// wo's rows, which start once the last attention item has prepared att for wo. Saves a region's
-// start and tail a layer. att (n_heads, head_dim) receives the gated attention output. The same
+// wo's rows, which start once att is prepared for wo: by the attention items that finish each
+// 16 groups of it where the kernels prepare x in pieces (Kernels::prepare_groups), else by the
+// last one. Saves a region's start and tail a layer. att (n_heads, head_dim) receives the gated attention output. The same
 // bits as attention_causal, the gate and matvec in turn (MOEFLUX_MERGED_ATTN_O=0 runs those).
 void attention_project(const float* q, const float* k, const float* v, int64_t len0, int64_t window, int64_t n_heads,
                        int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate, float* att,
