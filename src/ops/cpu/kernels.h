@@ -147,6 +147,8 @@ const Kernels& kernels_scalar();
 // The Avx2 level's integer matvec (kernels_avx2_int.cpp): prepare_special of its table (false
 // for weights it does not take), and rows of y for x it prepared (px.words).
 bool avx2_prepare_words(const QWeight& w, const float* x, PreparedX* px);
+bool avx2_prepare_layout(const QWeight& w, const float* x, PreparedX* px);  // its prepare_layout
+bool avx2_prepare_groups(const QWeight& w, const float* x, int64_t g0, int64_t g1, PreparedX* px);
 void avx2_words_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1);
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();

@@ -92,9 +92,10 @@ inline void store_chunk(const int32_t* q, const int32_t* d, int16_t* xq) {
 // is read as half blocks of 8 groups: chunk (b * wg + t) * 2 + h holds word t of groups 16 b + 8 h
 // + l (l < 8; zeros past the block's nb groups), its code 8 l + e being column 8 t + e of group
 // 16 b + 8 h + l, so that each 32-bit lane of the kernel's sums is one group.
-// False, leaving px to the float path, when x holds a non-finite value.
+// In two steps, as Kernels::prepare_layout / prepare_groups: the layout and buffers (x recorded,
+// not read), then groups [g0, g1), each of which writes only its own bytes.
 template <int BITS>
-bool prepare_words_bits(const QWeight& w, const float* x, PreparedX* px) {
+void words_layout(const QWeight& w, const float* x, PreparedX* px) {
   constexpr int64_t CH = kChunkCodes<BITS>, XC = kXChunk<BITS>;
   const int64_t cols = w.cols, gs = w.group_size, ng = cols / gs;
   const bool lanes = BITS == 4 && w.group_lanes;
@@ -103,11 +104,33 @@ bool prepare_words_bits(const QWeight& w, const float* x, PreparedX* px) {
   px->gsum.assign(size_t(px->gstride), 0.0f);
   const int64_t nch = lanes ? 2 * group_lane_steps(cols, gs) : cols / CH;
   if (px->xw.size() < size_t(nch * XC)) px->xw.resize(size_t(nch * XC));
-  thread_local std::vector<int32_t> qn, dn;  // q and d in natural column order
-  qn.resize(size_t(cols)), dn.resize(size_t(cols));
+  if (lanes && ng % 16 != 0) {  // the last block's lanes past its groups: zeros
+    const int64_t j0 = 2 * (ng / 16) * (gs / 8);
+    std::fill(px->xw.begin() + j0 * XC, px->xw.begin() + nch * XC, int16_t(0));
+  }
+  px->T = 1, px->cols = cols, px->x = x;
+  px->interleaved = px->shifted = px->digits = false;
+  px->group_lanes = lanes;
+  px->words = true;
+  px->bits = w.bits, px->group_size = gs, px->lanes = L, px->stride = cols;
+}
+
+template <int BITS>
+bool words_groups(const QWeight& w, const float* x, int64_t g0, int64_t g1, PreparedX* px) {
+  constexpr int64_t CH = kChunkCodes<BITS>, XC = kXChunk<BITS>;
+  const int64_t gs = w.group_size, wg = gs / 8;
+  const bool lanes = px->group_lanes;
+  thread_local std::vector<int32_t> qn, dn;  // one group's q and d, in column order
+  qn.resize(size_t(gs)), dn.resize(size_t(gs));
   const __m256 sign = _mm256_set1_ps(-0.0f), rs = _mm256_set1_ps(kRestScale);
   const __m256i dmax = _mm256_set1_epi32(127);
-  for (int64_t g = 0; g < ng; ++g) {
+  int16_t* xw = px->xw.data();
+  // store_chunk's layout, 8 codes (one group's word t) at a time: code e of group l goes to
+  // q vector e % 4, int32 lane l (the low int16 for e < 4), and to d byte 4 l + e / 2 of the
+  // even (e even) or odd half. A third of the time of the scalar scatter (serial before
+  // each matvec region).
+  const __m128i dsplit = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, -1, -1, -1, -1, -1, -1, -1, -1);
+  for (int64_t g = g0; g < g1; ++g) {
     const float* xg = x + g * gs;
     __m256 mx = _mm256_setzero_ps(), sm = _mm256_setzero_ps();
     for (int64_t c = 0; c < gs; c += L) {
@@ -133,49 +156,30 @@ bool prepare_words_bits(const QWeight& w, const float* x, PreparedX* px) {
     for (int64_t c = 0; c < gs; c += L) {
       const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg + c), inv);  // exact: inv is 2^k
       const __m256 qf = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qn.data() + g * gs + c), _mm256_cvtps_epi32(qf));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dn.data() + g * gs + c),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qn.data() + c), _mm256_cvtps_epi32(qf));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dn.data() + c),
                           _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(t, qf), rs)), dmax));
     }
+    if (!lanes) {  // the group's chunks (CH divides gs: fits)
+      for (int64_t c = 0; c < gs; c += CH) store_chunk<BITS>(qn.data() + c, dn.data() + c, xw + (g * gs + c) / CH * XC);
+      continue;
+    }
+    const int64_t b = g / 16, h = g % 16 / 8, l = g % 8;
+    for (int64_t t = 0; t < wg; ++t) {
+      const int64_t j = (b * wg + t) * 2 + h;
+      int32_t* xq = reinterpret_cast<int32_t*>(xw + j * XC);  // 4 vectors of 8 int32
+      int32_t* xd = reinterpret_cast<int32_t*>(xw + j * XC + CH);  // even then odd bytes
+      const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qn.data() + 8 * t));
+      const __m256i d8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dn.data() + 8 * t));
+      const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q8), _mm256_extracti128_si256(q8, 1));
+      const __m128i qp = _mm_unpacklo_epi16(q16, _mm_unpackhi_epi64(q16, q16));  // (q_k, q_k+4) pairs
+      const __m128i d16 = _mm_packs_epi32(_mm256_castsi256_si128(d8), _mm256_extracti128_si256(d8, 1));
+      const __m128i dp = _mm_shuffle_epi8(_mm_packs_epi16(d16, d16), dsplit);
+      xq[l] = _mm_cvtsi128_si32(qp), xq[8 + l] = _mm_extract_epi32(qp, 1);
+      xq[16 + l] = _mm_extract_epi32(qp, 2), xq[24 + l] = _mm_extract_epi32(qp, 3);
+      xd[l] = _mm_cvtsi128_si32(dp), xd[8 + l] = _mm_extract_epi32(dp, 1);
+    }
   }
-  int16_t* xw = px->xw.data();
-  if (!lanes) {
-    for (int64_t j = 0; j < nch; ++j) store_chunk<BITS>(qn.data() + j * CH, dn.data() + j * CH, xw + j * XC);
-  } else {
-    // store_chunk's layout, 8 codes (one group's word t) at a time: code e of group l goes to
-    // q vector e % 4, int32 lane l (the low int16 for e < 4), and to d byte 4 l + e / 2 of the
-    // even (e even) or odd half. A third of the time of the scalar scatter (serial before
-    // each matvec region).
-    const int64_t wg = gs / 8;
-    const __m128i dsplit = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, -1, -1, -1, -1, -1, -1, -1, -1);
-    for (int64_t b = 0, j = 0; 16 * b < ng; ++b)
-      for (int64_t t = 0; t < wg; ++t)
-        for (int64_t h = 0; h < 2; ++h, ++j) {
-          int32_t* xq = reinterpret_cast<int32_t*>(xw + j * XC);  // 4 vectors of 8 int32
-          int32_t* xd = reinterpret_cast<int32_t*>(xw + j * XC + CH);  // even then odd bytes
-          for (int64_t l = 0; l < 8; ++l) {
-            const int64_t g = 16 * b + 8 * h + l;
-            __m128i qp = _mm_setzero_si128(), dp = _mm_setzero_si128();
-            if (g < ng) {
-              const size_t c = size_t(g * gs + 8 * t);
-              const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qn.data() + c));
-              const __m256i d8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dn.data() + c));
-              const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q8), _mm256_extracti128_si256(q8, 1));
-              qp = _mm_unpacklo_epi16(q16, _mm_unpackhi_epi64(q16, q16));  // (q_k, q_k+4) pairs
-              const __m128i d16 = _mm_packs_epi32(_mm256_castsi256_si128(d8), _mm256_extracti128_si256(d8, 1));
-              dp = _mm_shuffle_epi8(_mm_packs_epi16(d16, d16), dsplit);
-            }
-            xq[l] = _mm_cvtsi128_si32(qp), xq[8 + l] = _mm_extract_epi32(qp, 1);
-            xq[16 + l] = _mm_extract_epi32(qp, 2), xq[24 + l] = _mm_extract_epi32(qp, 3);
-            xd[l] = _mm_cvtsi128_si32(dp), xd[8 + l] = _mm_extract_epi32(dp, 1);
-          }
-        }
-  }
-  px->T = 1, px->cols = cols, px->x = x;
-  px->interleaved = px->shifted = px->digits = false;
-  px->group_lanes = lanes;
-  px->words = true;
-  px->bits = w.bits, px->group_size = gs, px->lanes = L, px->stride = cols;
   return true;
 }
 
@@ -702,9 +706,19 @@ void words_rows_bits(const QWeight& w, const PreparedX& px, float* y, int64_t r0
 
 }  // namespace
 
-bool avx2_prepare_words(const QWeight& w, const float* x, PreparedX* px) {
+bool avx2_prepare_layout(const QWeight& w, const float* x, PreparedX* px) {
   if (!fits(w)) return false;
-  return w.bits == 4 ? prepare_words_bits<4>(w, x, px) : prepare_words_bits<8>(w, x, px);
+  if (w.bits == 4) words_layout<4>(w, x, px);
+  else words_layout<8>(w, x, px);
+  return true;
+}
+
+bool avx2_prepare_groups(const QWeight& w, const float* x, int64_t g0, int64_t g1, PreparedX* px) {
+  return w.bits == 4 ? words_groups<4>(w, x, g0, g1, px) : words_groups<8>(w, x, g0, g1, px);
+}
+
+bool avx2_prepare_words(const QWeight& w, const float* x, PreparedX* px) {
+  return avx2_prepare_layout(w, x, px) && avx2_prepare_groups(w, x, 0, w.cols / w.group_size, px);
 }
 
 void avx2_words_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
