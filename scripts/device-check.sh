@@ -16,7 +16,8 @@ echo "built $(date -u +%T)"
 for t in carry/*/; do
   n=$(basename "$t")
   [ -f "$t/CMakeLists.txt" ] || continue
-  cmake -S "$t" -B "$W/tree-$n" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake-$n.log" 2>&1 \
+  bt=Release; [ -f "$t/.buildtype" ] && bt=$(cat "$t/.buildtype")  # another CMake build type for this tree
+  cmake -S "$t" -B "$W/tree-$n" "${gen[@]}" -DCMAKE_BUILD_TYPE="$bt" -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake-$n.log" 2>&1 \
     && timeout 300 cmake --build "$W/tree-$n" -j"$(nproc)" --target moeflux >"$OUT/build-$n.log" 2>&1 && echo "built $n $(date -u +%T)"
 done
 # The CPU steps' pack: Qwen3-30B-A3B with CPU_LAYERS of its 48 layers (default all: issue 8 allows

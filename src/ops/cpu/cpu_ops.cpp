@@ -323,18 +323,6 @@ bool guided_down() {
   static const bool on = env_on("MOEFLUX_GUIDED_DOWN");
   return on;
 }
-// MOEFLUX_DOWN_SPLIT=1: each fused down item is one expert's rows of a block (expert by
-// expert), the block summed by the item that completes it; else (default) a block of every
-// expert's rows (experiment).
-bool down_split() {
-  static const bool on = std::getenv("MOEFLUX_DOWN_SPLIT") && std::string(std::getenv("MOEFLUX_DOWN_SPLIT")) == "1";
-  return on;
-}
-// Rows of the fused experts' first down blocks at least (MOEFLUX_DOWN_ROWS overrides; tuning).
-int64_t down_rows_min() {
-  static const int64_t n = (env_positive("MOEFLUX_DOWN_ROWS", 64) + 15) / 16 * 16;
-  return n;
-}
 }  // namespace
 
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
@@ -360,14 +348,12 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
   cpu::prepare_for(k, *gate[0], x, &px);
   const int64_t gu_items = n * items.blocks;
   const int64_t dchunks = 4 * max_chunks_per_thread() * cpu_thread_pool().size();  // small: the region ends with them
-  const int64_t dblock = (std::max<int64_t>(down_rows_min(), (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
+  const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
   // Down blocks: dblock rows each, or (guided) shrinking from dblock to 16 rows as the rows run
   // out, so that the region's last items are short.
   const std::vector<int64_t> dat =
       shrinking_bounds(dim, cpu_thread_pool().size(), 16, guided_down() ? 16 : dblock, dblock);
-  const int64_t nblk = int64_t(dat.size()) - 1, d_items = down_split() ? n * nblk : nblk;
-  std::vector<std::atomic<int>> dleft(down_split() ? size_t(nblk) : 0);  // per block: experts still running
-  for (auto& a : dleft) a.store(n, std::memory_order_relaxed);
+  const int64_t d_items = int64_t(dat.size()) - 1;
   std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
   for (int i = 0; i < n; ++i) left[i].store(int(items.blocks), std::memory_order_relaxed);
   std::atomic<bool> prepared[kMaxFusedExperts];  // expert i's h is prepared (pool[i])
@@ -386,16 +372,6 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
         failed.store(true, std::memory_order_release);
         throw;
       }
-      return;
-    }
-    if (!dleft.empty()) {  // one expert's rows of a block
-      const int64_t j = b - gu_items, i = j / nblk, blk = j % nblk, r0 = dat[size_t(blk)], r1 = dat[size_t(blk) + 1];
-      while (!prepared[i].load(std::memory_order_acquire)) {
-        if (failed.load(std::memory_order_acquire)) return;
-        cpu_relax();
-      }
-      k.matvec_rows(*down[i], pool[size_t(i)], ys + i * dim, r0, r1);
-      if (dleft[size_t(blk)].fetch_sub(1, std::memory_order_acq_rel) == 1) combine_weighted(n, yp, w, out, r0, r1);
       return;
     }
     // Items are handed out in order, so every gate / up block is running or done by now. The

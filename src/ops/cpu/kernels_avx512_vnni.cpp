@@ -67,46 +67,18 @@ inline void store_digits(__m512 v, __m512 inv, float qmax, int8_t* d2, int8_t* d
   _mm_storeu_si128(reinterpret_cast<__m128i*>(d2), _mm512_cvtepi32_epi8(q));
 }
 
-// The layout and buffers of x's digits for w (px->xd, px->dx padded with >= 16 zeros,
-// px->gsum), before digits_groups fills them; x is recorded, not read.
+// x -> digits (px->xd), per-group steps dx (px->dx, padded with >= 16 zeros) and exact
+// group sums (px->gsum). False, leaving px to the float path, when x holds a non-finite value.
 template <int BITS>
-void digits_layout(const QWeight& w, const float* x, PreparedX* px) {
+bool prepare_digits_bits(const QWeight& w, const float* x, PreparedX* px) {
   constexpr int64_t CH = kChunkCodes<BITS>, CD = kChunkDigits<BITS>;
   const int64_t cols = w.cols, gs = w.group_size, ng = cols / gs, nch = (cols + CH - 1) / CH;
   px->dx.assign(size_t((ng + 15) / 16 * 16 + 16), 0.0f);
   px->gstride = (ng + 16 + 15) / 16 * 16;
   px->gsum.assign(size_t(px->gstride), 0.0f);
-  px->T = 1, px->cols = cols, px->x = x;
-  px->interleaved = px->shifted = false;
-  px->digits = true;
-  px->words = false;
-  px->group_lanes = BITS == 4 && w.group_lanes;
-  px->stride = nch * CH;
-  // Zeros where no group writes: the lanes past the last group of a partial block, and the
-  // natural order's chunks past cols.
-  px->xd.assign(size_t(px->group_lanes ? group_lane_steps(w.cols, gs) * 384 : nch * CD), 0);
-}
-
-// Groups [g0, g1) of x -> their digits (px->xd), steps dx and exact sums (px->gsum) in the
-// layout digits_layout made. Each group's bytes depend on that group alone, so disjoint ranges
-// may run on different threads. False when a group holds a non-finite value (px is then for
-// the float path: prepare_x).
-template <int BITS>
-bool digits_groups(const QWeight& w, const float* x, int64_t g0, int64_t g1, PreparedX* px) {
-  constexpr int64_t CH = kChunkCodes<BITS>, CD = kChunkDigits<BITS>;
-  const int64_t gs = w.group_size;
+  float* inv = scratch(7, size_t(ng));
   const float qmax = float(digit_qmax(BITS));
-  const int64_t wg = gs / 8;  // code words per group (4-bit)
-  int8_t* xd = px->xd.data();
-  // 4-bit: 32 values at a time (four words of one group): the even ones to the lo digits, the
-  // odd ones to hi. Group-lane order: per block b of 16 groups and step t (word t of each
-  // group) six 64-byte vectors in the natural chunk's order, lane l = group 16 b + l, its byte
-  // j pairing codes 2 j (lo) and 2 j + 1 (hi) of the word.
-  alignas(64) static constexpr int32_t kEven[L] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-  alignas(64) static constexpr int32_t kOdd[L] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-  const __m512i ie = _mm512_load_si512(kEven), io = _mm512_load_si512(kOdd);
-  alignas(16) int8_t lanes[6][16];
-  for (int64_t g = g0; g < g1; ++g) {
+  for (int64_t g = 0; g < ng; ++g) {
     __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
     for (int64_t c = g * gs; c < (g + 1) * gs; c += L) {
       const __m512 v = _mm512_loadu_ps(x + c);
@@ -120,47 +92,54 @@ bool digits_groups(const QWeight& w, const float* x, int64_t g0, int64_t g1, Pre
     const float step = m / qmax;
     const bool tiny = !(step > 0.0f) || !std::isfinite(1.0f / step);
     px->dx[size_t(g)] = tiny ? 0.0f : step;
-    const __m512 iv = _mm512_set1_ps(tiny ? 0.0f : 1.0f / step);
-    if constexpr (BITS == 4) {
-      for (int64_t c = g * gs; c < (g + 1) * gs; c += 32) {
-        const __m512 a = _mm512_loadu_ps(x + c), b = _mm512_loadu_ps(x + c + L);
-        if (!px->group_lanes) {
-          int8_t* d = xd + (c / CH) * CD + (c % CH) / 2;
-          store_digits(_mm512_permutex2var_ps(a, ie, b), iv, qmax, d, d + 128, d + 256);
-          store_digits(_mm512_permutex2var_ps(a, io, b), iv, qmax, d + 64, d + 192, d + 320);
-          continue;
-        }
-        store_digits(_mm512_permutex2var_ps(a, ie, b), iv, qmax, lanes[0], lanes[2], lanes[4]);
-        store_digits(_mm512_permutex2var_ps(a, io, b), iv, qmax, lanes[1], lanes[3], lanes[5]);
-        int8_t* d = xd + ((g / 16) * wg + (c % gs) / 8) * 384 + (g % 16) * 4;
-        for (int64_t k = 0; k < 4; ++k)  // word (c % gs) / 8 + k
-          for (int v = 0; v < 6; ++v) std::memcpy(d + k * 384 + v * 64, lanes[v] + 4 * k, 4);
+    inv[g] = tiny ? 0.0f : 1.0f / step;
+  }
+  px->T = 1, px->cols = cols, px->x = x;
+  px->interleaved = px->shifted = false;
+  px->digits = true;
+  px->words = false;
+  px->group_lanes = BITS == 4 && w.group_lanes;
+  px->stride = nch * CH;
+  const int64_t wg = gs / 8;  // code words per group (4-bit)
+  px->xd.assign(size_t(px->group_lanes ? group_lane_steps(w.cols, gs) * 384 : nch * CD), 0);
+  int8_t* xd = px->xd.data();
+  if constexpr (BITS == 4) {
+    // 32 values at a time (four words of one group): the even ones to the lo digits, the odd
+    // ones to hi. Group-lane order: per block b of 16 groups and step t (word t of each group)
+    // six 64-byte vectors in the natural chunk's order, lane l = group 16 b + l, its byte j
+    // pairing codes 2 j (lo) and 2 j + 1 (hi) of the word.
+    alignas(64) static constexpr int32_t kEven[L] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    alignas(64) static constexpr int32_t kOdd[L] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    const __m512i ie = _mm512_load_si512(kEven), io = _mm512_load_si512(kOdd);
+    alignas(16) int8_t lanes[6][16];
+    for (int64_t c = 0; c < cols; c += 32) {
+      const __m512 a = _mm512_loadu_ps(x + c), b = _mm512_loadu_ps(x + c + L);
+      const int64_t g = c / gs;
+      const __m512 iv = _mm512_set1_ps(inv[g]);
+      if (!px->group_lanes) {
+        int8_t* d = xd + (c / CH) * CD + (c % CH) / 2;
+        store_digits(_mm512_permutex2var_ps(a, ie, b), iv, qmax, d, d + 128, d + 256);
+        store_digits(_mm512_permutex2var_ps(a, io, b), iv, qmax, d + 64, d + 192, d + 320);
+        continue;
       }
-    } else {
-      for (int64_t c = g * gs; c < (g + 1) * gs; c += L) {
-        int8_t* d = xd + (c / CH) * CD + c % CH;
-        store_digits(_mm512_loadu_ps(x + c), iv, qmax, d, d + 64, d + 128);
-      }
+      store_digits(_mm512_permutex2var_ps(a, ie, b), iv, qmax, lanes[0], lanes[2], lanes[4]);
+      store_digits(_mm512_permutex2var_ps(a, io, b), iv, qmax, lanes[1], lanes[3], lanes[5]);
+      int8_t* d = xd + ((g / 16) * wg + (c % gs) / 8) * 384 + (g % 16) * 4;
+      for (int64_t k = 0; k < 4; ++k)  // word (c % gs) / 8 + k
+        for (int v = 0; v < 6; ++v) std::memcpy(d + k * 384 + v * 64, lanes[v] + 4 * k, 4);
+    }
+  } else {
+    for (int64_t c = 0; c < cols; c += L) {
+      int8_t* d = xd + (c / CH) * CD + c % CH;
+      store_digits(_mm512_loadu_ps(x + c), _mm512_set1_ps(inv[c / gs]), qmax, d, d + 64, d + 128);
     }
   }
   return true;
 }
 
-bool prepare_layout(const QWeight& w, const float* x, PreparedX* px) {
-  if (!fits(w)) return false;
-  if (w.bits == 4) digits_layout<4>(w, x, px);
-  else digits_layout<8>(w, x, px);
-  return true;
-}
-
-bool prepare_groups(const QWeight& w, const float* x, int64_t g0, int64_t g1, PreparedX* px) {
-  return w.bits == 4 ? digits_groups<4>(w, x, g0, g1, px) : digits_groups<8>(w, x, g0, g1, px);
-}
-
-// x -> digits, steps and group sums in one go. False, leaving px to the float path, when w
-// does not take the integer path or x holds a non-finite value.
 bool prepare_digits(const QWeight& w, const float* x, PreparedX* px) {
-  return prepare_layout(w, x, px) && prepare_groups(w, x, 0, w.cols / w.group_size, px);
+  if (!fits(w)) return false;
+  return w.bits == 4 ? prepare_digits_bits<4>(w, x, px) : prepare_digits_bits<8>(w, x, px);
 }
 
 // The integer sum per lane of one chunk: ((c.d2 << 8) + c.d1 << 8) + c.d0 = c.q, exact in
@@ -350,8 +329,6 @@ const Kernels& kernels_avx512_vnni() {
   static const Kernels k = [] {
     Kernels t = kernels_avx512();
     t.prepare_special = prepare_digits;
-    t.prepare_layout = prepare_layout;
-    t.prepare_groups = prepare_groups;
     t.matvec_rows = matvec_rows;
     return t;
   }();
