@@ -166,16 +166,18 @@ void bm_matmul(benchmark::State& st, const WeightSet* ws, int64_t T, CpuIsa isa,
   st.SetLabel(ws->base.w.describe() + " T=" + std::to_string(T));
 }
 
-// One decode token through 8 routed experts (swiglu_experts: two parallel regions), each
-// expert's matrices taken from the rotating copies, so that every call reads from DRAM.
-void bm_swiglu_experts(benchmark::State& st, const WeightSet* gu, const WeightSet* dn, CpuIsa isa, int threads) {
+// One decode token through 8 routed experts, each expert's matrices taken from the rotating
+// copies, so that every call reads from DRAM: swiglu_experts (two parallel regions), or fused,
+// swiglu_experts_combined (the experts and their weighted sum in one region: decode's path on 8
+// threads or more; the sets in group-lane order, as a repacked resident pack holds them).
+void bm_experts(benchmark::State& st, const WeightSet* gu, const WeightSet* dn, CpuIsa isa, int threads, bool fused) {
   gu->ready();
   dn->ready();
   set_level(st, isa, threads);
   constexpr int kK = 8;
   const int64_t dim = gu->views[0].cols;
   const auto x = test::randn(size_t(dim), 1);
-  std::vector<float> out(static_cast<size_t>(kK * dim));
+  std::vector<float> out(static_cast<size_t>(kK * dim)), wt(kK, 1.0f / kK);
   const size_t ng = gu->views.size(), nd = dn->views.size();
   size_t i = 0;
   const auto t0 = Clock::now();
@@ -186,7 +188,8 @@ void bm_swiglu_experts(benchmark::State& st, const WeightSet* gu, const WeightSe
       g[k] = &gu->views[(i + 2 * size_t(k)) % ng], u[k] = &gu->views[(i + 2 * size_t(k) + 1) % ng];
       d[k] = &dn->views[(i / 2 + size_t(k)) % nd], o[k] = out.data() + k * dim;
     }
-    swiglu_experts(kK, g, u, d, x.data(), o);
+    if (fused) swiglu_experts_combined(kK, g, u, d, x.data(), wt.data(), out.data());
+    else swiglu_experts(kK, g, u, d, x.data(), o);
     benchmark::DoNotOptimize(out.data());
     i = (i + 2 * kK) % ng;
   }
@@ -194,38 +197,7 @@ void bm_swiglu_experts(benchmark::State& st, const WeightSet* gu, const WeightSe
   const double gbs = double(kK) * double(2 * gu->bytes + dn->bytes) * double(st.iterations()) / s / 1e9;
   st.counters["GB/s"] = gbs;
   st.counters["ceil%"] = 100.0 * gbs / (threads == 1 ? g_ceil.bw1 : g_ceil.bw_all);
-  st.SetLabel("8 x (" + gu->base.w.describe() + " x2, " + dn->base.w.describe() + ")");
-}
-
-// One decode token through 8 routed experts and their weighted sum in one parallel region
-// (swiglu_experts_combined: decode's path on 8 threads or more), group-lane weights as a
-// repacked resident pack holds them, each call's experts taken from the rotating copies.
-void bm_fused_experts(benchmark::State& st, const WeightSet* gu, const WeightSet* dn, CpuIsa isa, int threads) {
-  gu->ready();
-  dn->ready();
-  set_level(st, isa, threads);
-  constexpr int kK = 8;
-  const int64_t dim = gu->views[0].cols;
-  const auto x = test::randn(size_t(dim), 1);
-  std::vector<float> out(static_cast<size_t>(dim)), wt(kK, 1.0f / kK);
-  const size_t ng = gu->views.size(), nd = dn->views.size();
-  size_t i = 0;
-  const auto t0 = Clock::now();
-  for (auto _ : st) {
-    const QWeight *g[kK], *u[kK], *d[kK];
-    for (int k = 0; k < kK; ++k) {
-      g[k] = &gu->views[(i + 2 * size_t(k)) % ng], u[k] = &gu->views[(i + 2 * size_t(k) + 1) % ng];
-      d[k] = &dn->views[(i / 2 + size_t(k)) % nd];
-    }
-    swiglu_experts_combined(kK, g, u, d, x.data(), wt.data(), out.data());
-    benchmark::DoNotOptimize(out.data());
-    i = (i + 2 * kK) % ng;
-  }
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double gbs = double(kK) * double(2 * gu->bytes + dn->bytes) * double(st.iterations()) / s / 1e9;
-  st.counters["GB/s"] = gbs;
-  st.counters["ceil%"] = 100.0 * gbs / (threads == 1 ? g_ceil.bw1 : g_ceil.bw_all);
-  st.SetLabel("8 x (" + gu->base.w.describe() + " x2, " + dn->base.w.describe() + "), lanes");
+  st.SetLabel("8 x (" + gu->base.w.describe() + " x2, " + dn->base.w.describe() + ")" + (gu->lanes ? ", lanes" : ""));
 }
 
 // Decode's attention over 32 positions and the o projection in one parallel region
@@ -309,7 +281,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   for (CpuIsa isa : isas_q)
     for (int t : thread_counts)
       benchmark::RegisterBenchmark((std::string("SwigluExperts/q4g64/k8/") + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
-                                   bm_swiglu_experts, keep[0].get(), keep[1].get(), isa, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+                                   bm_experts, keep[0].get(), keep[1].get(), isa, t, false)->UseRealTime()->Unit(benchmark::kMicrosecond);
   // The same with group-lane weights in one region and the sum (decode's path on 8+ threads),
   // and decode's attention with the o projection, at the levels with an integer path on them.
   {
@@ -319,7 +291,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
     for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
       for (int t : thread_counts) {
         const std::string at = std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t);
-        benchmark::RegisterBenchmark(("FusedExperts/q4g64lanes/k8/" + at).c_str(), bm_fused_experts, gu, dn, isa, t)
+        benchmark::RegisterBenchmark(("FusedExperts/q4g64lanes/k8/" + at).c_str(), bm_experts, gu, dn, isa, t, true)
             ->UseRealTime()->Unit(benchmark::kMicrosecond);
         benchmark::RegisterBenchmark(("AttentionProject/q4g64lanes/ctx32/" + at).c_str(), bm_attention_project, wo, isa, t)
             ->UseRealTime()->Unit(benchmark::kMicrosecond);
