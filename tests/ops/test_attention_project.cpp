@@ -99,8 +99,8 @@ TEST(OpsCpu, AttentionProjectPreparesAttInUnits) {
             const std::string where = "head_dim " + std::to_string(sh.head_dim) + " threads " +
                                       std::to_string(threads) + " isa " + std::string(cpu_isa_name(isa)) +
                                       (w == &wl ? " lanes" : "") + (inf ? " inf" : "");
-            EXPECT_TRUE(test::same_bits(att, att_want)) << where;
-            EXPECT_TRUE(test::same_bits(out, want)) << where;
+            EXPECT_EQ(test::first_difference(att, att_want), -1) << where;
+            EXPECT_EQ(test::first_difference(out, want), -1) << where;
             if (inf) {
               EXPECT_TRUE(std::isinf(att[3]) || std::isnan(att[3])) << where;  // the infinity did reach att
             }

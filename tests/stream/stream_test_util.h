@@ -55,12 +55,4 @@ inline RunResult run_ids(Session& s, const std::vector<int32_t>& ids, int n_gree
   return r;
 }
 
-// Index of the first differing float, or -1 when bit-identical.
-inline int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
-  return -1;
-}
-
 }  // namespace moeflux::test

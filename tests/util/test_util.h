@@ -29,9 +29,13 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() ? rel_l2(a.data(), b.data(), a.size()) : INFINITY;
 }
 
-// The same bit patterns, element by element (NaNs included, which == does not take as equal).
-inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+// Index of the first differing float, or -1 when bit-identical (NaNs included, which == does
+// not take as equal).
+inline int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
+  return -1;
 }
 
 // A fresh empty directory under the system temp dir, removed by the destructor.
