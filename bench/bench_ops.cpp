@@ -47,17 +47,17 @@ size_t rotate_bytes() {
 struct WeightSet {
   std::function<test::OwnedWeight()> make;
   bool lanes;
-  mutable test::OwnedWeight base;
+  test::OwnedWeight base;
   // 64-byte aligned, as pack tensors are (kDenseAlign): a std::vector's 16-byte alignment makes
   // every 64-byte load of codes straddle two lines.
-  mutable std::vector<AlignedVector<uint8_t>> data, scales, biases;
-  mutable std::vector<QWeight> views;
-  mutable size_t bytes = 0;  // weight + scale + bias bytes of one copy
+  std::vector<AlignedVector<uint8_t>> data, scales, biases;
+  std::vector<QWeight> views;
+  size_t bytes = 0;  // weight + scale + bias bytes of one copy
   // lanes: every copy's codes rewritten in the group-lane layout (ops/group_lanes.h), as a
   // repacked resident pack holds them.
   WeightSet(std::function<test::OwnedWeight()> m, bool l) : make(std::move(m)), lanes(l) {}
-  const WeightSet* ready() const {
-    if (!views.empty()) return this;
+  void ready() {
+    if (!views.empty()) return;
     base = make();
     bytes = base.data.size() + base.scales.size() + base.biases.size();
     const size_t copies = std::max<size_t>(2, rotate_bytes() / bytes);
@@ -75,7 +75,6 @@ struct WeightSet {
       }
       views.push_back(w);
     }
-    return this;
   }
 };
 
@@ -92,7 +91,7 @@ void set_level(benchmark::State& st, CpuIsa isa, int threads) {
   set_cpu_threads(threads);
 }
 
-void bm_matvec(benchmark::State& st, const WeightSet* ws, CpuIsa isa, int threads) {
+void bm_matvec(benchmark::State& st, WeightSet* ws, CpuIsa isa, int threads) {
   ws->ready();
   set_level(st, isa, threads);
   const QWeight& w0 = ws->views[0];
@@ -119,7 +118,7 @@ void bm_matvec(benchmark::State& st, const WeightSet* ws, CpuIsa isa, int thread
 
 // One x prepared on one thread for a weight at a level's integer path (the step before each
 // projection of a decode token that no other thread shares): us per x.
-void bm_prepare(benchmark::State& st, const WeightSet* ws, CpuIsa isa) {
+void bm_prepare(benchmark::State& st, WeightSet* ws, CpuIsa isa) {
   ws->ready();
   set_level(st, isa, 1);
   const cpu::Kernels& k = isa == CpuIsa::Avx512Vnni ? cpu::kernels_avx512_vnni() : cpu::kernels_avx2();
@@ -144,7 +143,7 @@ void bm_region(benchmark::State& st, int threads, bool guided) {
   }
 }
 
-void bm_matmul(benchmark::State& st, const WeightSet* ws, int64_t T, CpuIsa isa, int threads) {
+void bm_matmul(benchmark::State& st, WeightSet* ws, int64_t T, CpuIsa isa, int threads) {
   ws->ready();
   set_level(st, isa, threads);
   const QWeight& w0 = ws->views[0];
@@ -170,7 +169,7 @@ void bm_matmul(benchmark::State& st, const WeightSet* ws, int64_t T, CpuIsa isa,
 // copies, so that every call reads from DRAM: swiglu_experts (two parallel regions), or fused,
 // swiglu_experts_combined (the experts and their weighted sum in one region: decode's path on 8
 // threads or more; the sets in group-lane order, as a repacked resident pack holds them).
-void bm_experts(benchmark::State& st, const WeightSet* gu, const WeightSet* dn, CpuIsa isa, int threads, bool fused) {
+void bm_experts(benchmark::State& st, WeightSet* gu, WeightSet* dn, CpuIsa isa, int threads, bool fused) {
   gu->ready();
   dn->ready();
   set_level(st, isa, threads);
@@ -203,7 +202,7 @@ void bm_experts(benchmark::State& st, const WeightSet* gu, const WeightSet* dn, 
 // Decode's attention over 32 positions and the o projection in one parallel region
 // (attention_project; Qwen3-30B-A3B: 32 query heads, 4 kv heads of 128), wo from the rotating
 // copies. GB/s: wo's bytes.
-void bm_attention_project(benchmark::State& st, const WeightSet* wo, CpuIsa isa, int threads) {
+void bm_attention_project(benchmark::State& st, WeightSet* wo, CpuIsa isa, int threads) {
   wo->ready();
   set_level(st, isa, threads);
   const int64_t n_heads = 32, n_kv = 4, hd = 128, len0 = 31;
@@ -262,7 +261,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
                           {512, 2048, "expert512_gate_up"}, {2048, 512, "expert512_down"}, {4096, 1536, "expert1536_down"}};
   const CpuIsa isas_q[] = {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Vnni};  // + x in int8 digits
   for (const Shape& s : shapes) {
-    const WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1); });
+    WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1); });
     for (CpuIsa isa : isas_q)
       for (int t : thread_counts)
         benchmark::RegisterBenchmark((std::string("Matvec/q4g64/") + s.what + "/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
@@ -271,7 +270,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   // The same shapes in the group-lane layout, at the levels whose integer matvec reads it.
   for (const Shape& s : shapes) {
     if (s.rows > 4096) continue;
-    const WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
+    WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
     for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
       for (int t : thread_counts)
         benchmark::RegisterBenchmark((std::string("Matvec/q4g64lanes/") + s.what + "/" + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
@@ -285,9 +284,9 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   // The same with group-lane weights in one region and the sum (decode's path on 8+ threads),
   // and decode's attention with the o projection, at the levels with an integer path on them.
   {
-    const WeightSet* gu = add_set([] { return test::random_affine(768, 2048, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
-    const WeightSet* dn = add_set([] { return test::random_affine(2048, 768, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
-    const WeightSet* wo = add_set([] { return test::random_affine(2048, 4096, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
+    WeightSet* gu = add_set([] { return test::random_affine(768, 2048, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
+    WeightSet* dn = add_set([] { return test::random_affine(2048, 768, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
+    WeightSet* wo = add_set([] { return test::random_affine(2048, 4096, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
     for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
       for (int t : thread_counts) {
         const std::string at = std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t);
@@ -312,7 +311,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
       {"fp8b128", [] { return test::random_fp8(4096, 2048, 128, 128, DType::F32, 11); }},
   };
   for (const Fmt& f : fmts) {
-    const WeightSet* ws = add_set(f.make);
+    WeightSet* ws = add_set(f.make);
     const bool digit_x = f.name[0] == 'q' && (f.name[1] == '4' || f.name[1] == '8');
     for (CpuIsa isa : isas_q) {
       if (isa == CpuIsa::Avx512Vnni && !digit_x) continue;
@@ -323,7 +322,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
   }
   // The router of a Qwen3-30B-A3B layer (128 experts), kept in bf16 by the converter.
   {
-    const WeightSet* ws = add_set([] { return test::random_dense(128, 2048, DType::BF16, 13); });
+    WeightSet* ws = add_set([] { return test::random_dense(128, 2048, DType::BF16, 13); });
     for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512})
       for (int t : thread_counts)
         benchmark::RegisterBenchmark((std::string("Matvec/bf16/router/") + std::string(cpu_isa_name(isa)) + "/threads:" + std::to_string(t)).c_str(),
@@ -339,7 +338,7 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
                                    bm_matmul, keep[0].get(), T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
   // x prepares at the decode shapes' widths (q / k / v / gate / up: 2048, down: 768, o: 4096).
   for (const Shape& s : {Shape{16, 2048, "x2048"}, Shape{16, 768, "x768"}, Shape{16, 4096, "x4096"}}) {
-    const WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 12); }, /*lanes=*/true);
+    WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 12); }, /*lanes=*/true);
     for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512Vnni})
       benchmark::RegisterBenchmark((std::string("Prepare/q4g64lanes/") + s.what + "/" + std::string(cpu_isa_name(isa))).c_str(),
                                    bm_prepare, ws, isa)->Unit(benchmark::kMicrosecond);
