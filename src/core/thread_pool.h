@@ -23,6 +23,7 @@ struct PoolProfile {
   double tail_s = 0;       // the caller, from its last chunk to the region's end
   uint64_t slept = 0;      // regions whose caller outwaited its spin and slept on the workers
   uint64_t worker_sleeps = 0;  // times a worker outwaited its spin between jobs and slept
+  uint64_t prefetched = 0;     // bytes prefetched by threads out of chunks (set_idle_prefetch)
 };
 
 class ThreadPool {
@@ -45,6 +46,25 @@ class ThreadPool {
   static void set_profiling(bool on);
   static PoolProfile profile();
   static void reset_profile();
+
+  // Idle prefetch: byte ranges that the work after the next region will read. During the next
+  // region that runs on the workers, each thread that finds no chunk left while others still
+  // run theirs prefetches the ranges, 4 KiB at a time from a shared cursor, so that the time a
+  // region's tail leaves the memory idle reads what comes next. The ranges apply to that one
+  // region and are dropped when it ends. Only from the thread that calls parallel_for, between
+  // regions; the bytes need not stay mapped (a prefetch never faults). Off unless
+  // MOEFLUX_IDLE_PREFETCH is 1 (into L1) or 2 (into L2).
+  struct PrefetchRange {
+    const void* p = nullptr;
+    int64_t bytes = 0;
+  };
+  static constexpr int kMaxPrefetchRanges = 16;
+  void set_idle_prefetch(const PrefetchRange* ranges, int n);
+  // 0 off, 1 into L1, 2 into L2; set_idle_prefetch_mode overrides the environment (tests).
+  static int idle_prefetch_mode();
+  static void set_idle_prefetch_mode(int mode);
+  // The ranges set for the next region (0 once it has run, or when off).
+  int idle_prefetch_ranges() const { return pf_n_; }
 
   // Calls fn(begin, end) on disjoint chunks [begin, end) covering [0, n), each at most
   // `grain` long, and returns when all have run.
@@ -75,6 +95,7 @@ class ThreadPool {
   void worker_loop(int index);
   void take_chunks();
   bool workers_done(uint64_t generation) const;
+  void idle_prefetch();
 
   // Per worker, on a cache line of its own: the last generation it finished. The caller reads
   // these instead of a shared countdown (on the 16-vCPU Xeon each contended read-modify-write
@@ -99,6 +120,12 @@ class ThreadPool {
   int64_t n_ = 0, grain_ = 1, chunks_ = 0;
   bool guided_ = false;
   std::vector<int64_t> bounds_;
+  // Idle prefetch (set_idle_prefetch): ranges, the cumulative 4 KiB units before each, and
+  // the shared cursor over the units.
+  PrefetchRange pf_ranges_[kMaxPrefetchRanges];
+  int64_t pf_units_before_[kMaxPrefetchRanges + 1] = {};
+  int pf_n_ = 0;
+  alignas(64) std::atomic<int64_t> pf_next_{0};
   alignas(64) std::atomic<int64_t> next_{0};
   alignas(64) std::atomic<uint64_t> published_{0};  // generation_ readable without the lock (spinning)
   std::exception_ptr error_;

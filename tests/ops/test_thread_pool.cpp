@@ -144,5 +144,39 @@ TEST(ThreadPool, CallerSleepingInEveryRegionMissesNoWorker) {
   ThreadPool::set_caller_spin_us(saved);
 }
 
+// Threads out of chunks prefetch the ranges set for the next region (whatever the bytes: a
+// prefetch never faults), the region's work is unchanged, and the ranges apply to that region only.
+TEST(ThreadPool, IdlePrefetchRunsInOneRegionsTail) {
+  ThreadPool pool(4);
+  const int saved = ThreadPool::idle_prefetch_mode();
+  std::vector<uint8_t> buf(size_t(1) << 20);
+  const ThreadPool::PrefetchRange ranges[3] = {
+      {buf.data(), int64_t(buf.size())}, {nullptr, 4096}, {buf.data() + 100, 5000}};  // null: skipped
+  auto region = [&] {  // chunk 0 is slow, so that three threads run out of chunks while it runs
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(4, 1, [&](int64_t b, int64_t e) {
+      if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      for (int64_t i = b; i < e; ++i) sum += i + 1;
+    });
+    EXPECT_EQ(sum.load(), 10);
+  };
+  ThreadPool::reset_profile();
+  ThreadPool::set_profiling(true);
+  for (int mode : {0, 1, 2}) {
+    ThreadPool::set_idle_prefetch_mode(mode);
+    const uint64_t before = ThreadPool::profile().prefetched;
+    pool.set_idle_prefetch(ranges, 3);
+    EXPECT_EQ(pool.idle_prefetch_ranges(), mode == 0 ? 0 : 2) << "mode " << mode;
+    region();
+    EXPECT_EQ(pool.idle_prefetch_ranges(), 0) << "mode " << mode;  // dropped after the region
+    EXPECT_EQ(ThreadPool::profile().prefetched - before, mode == 0 ? 0u : uint64_t(buf.size()) + 5000) << "mode " << mode;
+    pool.set_idle_prefetch(ranges, 3);
+    pool.parallel_for(1, 1, [](int64_t, int64_t) {});  // one chunk runs inline: dropped too
+    EXPECT_EQ(pool.idle_prefetch_ranges(), 0) << "mode " << mode;
+  }
+  ThreadPool::set_profiling(false);
+  ThreadPool::set_idle_prefetch_mode(saved);
+}
+
 }  // namespace
 }  // namespace moeflux

@@ -112,6 +112,48 @@ bool same_layout(const QWeight& a, const QWeight& b) {
 }
 }  // namespace
 
+namespace {
+// The ranges of n weights' bytes, at most ThreadPool::kMaxPrefetchRanges.
+int weight_ranges(int n, const QWeight* const* ws, ThreadPool::PrefetchRange* out) {
+  int k = 0;
+  auto add = [&](const void* p, int64_t bytes) {
+    if (p && bytes > 0 && k < ThreadPool::kMaxPrefetchRanges) out[k++] = {p, bytes};
+  };
+  for (int i = 0; i < n; ++i) {
+    const QWeight& w = *ws[i];
+    add(w.data, int64_t(w.data_bytes()));
+    const int64_t params = w.group_size > 0 ? w.rows * (w.cols / w.group_size) * int64_t(dtype_size(w.sdtype)) : 0;
+    add(w.scales, params);
+    add(w.biases, params);
+  }
+  return k;
+}
+struct Following {
+  ThreadPool::PrefetchRange ranges[ThreadPool::kMaxPrefetchRanges];
+  int n = 0;
+};
+Following& following() {
+  thread_local Following f;
+  return f;
+}
+}  // namespace
+
+void prefetch_in_next_region(int n, const QWeight* const* ws) {
+  if (ThreadPool::idle_prefetch_mode() == 0) return;
+  ThreadPool::PrefetchRange r[ThreadPool::kMaxPrefetchRanges];
+  cpu_thread_pool().set_idle_prefetch(r, weight_ranges(n, ws, r));
+}
+
+void set_following_weights(int n, const QWeight* const* ws) {
+  if (ThreadPool::idle_prefetch_mode() == 0) return;
+  following().n = weight_ranges(n, ws, following().ranges);
+}
+
+void prefetch_following_in_next_region() {
+  if (ThreadPool::idle_prefetch_mode() == 0) return;
+  cpu_thread_pool().set_idle_prefetch(following().ranges, following().n);
+}
+
 void for_tokens(int64_t T, int64_t bytes_per_token, const std::function<void(int64_t, int64_t)>& fn) {
   for_rows(T, bytes_per_token, 1, fn);
 }
