@@ -162,7 +162,7 @@ TEST(ThreadPool, IdlePrefetchRunsInOneRegionsTail) {
   };
   ThreadPool::reset_profile();
   ThreadPool::set_profiling(true);
-  for (int mode : {0, 1, 2}) {
+  for (int mode : {0, 1, 2, 3, 4}) {
     ThreadPool::set_idle_prefetch_mode(mode);
     const uint64_t before = ThreadPool::profile().prefetched;
     pool.set_idle_prefetch(ranges, 3);
@@ -173,6 +173,42 @@ TEST(ThreadPool, IdlePrefetchRunsInOneRegionsTail) {
     pool.set_idle_prefetch(ranges, 3);
     pool.parallel_for(1, 1, [](int64_t, int64_t) {});  // one chunk runs inline: dropped too
     EXPECT_EQ(pool.idle_prefetch_ranges(), 0) << "mode " << mode;
+  }
+  ThreadPool::set_profiling(false);
+  ThreadPool::set_idle_prefetch_mode(saved);
+}
+
+// Modes 3 and 4: the workers go on prefetching after the region, while the caller runs serial
+// code, until the next job; no byte twice.
+TEST(ThreadPool, IdlePrefetchGoesOnBetweenJobs) {
+  ThreadPool pool(2);  // two threads: CI has two cores, and a descheduled thread would lengthen the tail
+  const int saved = ThreadPool::idle_prefetch_mode();
+  std::vector<uint8_t> buf(size_t(16) << 20);  // more than a short tail takes
+  const ThreadPool::PrefetchRange range{buf.data(), int64_t(buf.size())};
+  ThreadPool::reset_profile();
+  ThreadPool::set_profiling(true);
+  for (int mode : {1, 2, 3, 4}) {
+    ThreadPool::set_idle_prefetch_mode(mode);
+    const uint64_t before = ThreadPool::profile().prefetched;
+    std::atomic<int64_t> sum{0};
+    std::atomic<int> started{0};
+    auto add = [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i + 1;
+    };
+    pool.set_idle_prefetch(&range, 1);
+    // Each thread holds its one chunk until both have started: the tail is short, and the gap
+    // after the region prefetches the rest of the range.
+    pool.parallel_for(2, 1, [&](int64_t b, int64_t e) {
+      started.fetch_add(1);
+      while (started.load() < 2) cpu_relax();  // both on a core: they leave their chunks together
+      add(b, e);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the caller's serial code
+    pool.parallel_for(2, 1, add);  // the workers' counts of the gap land before they take its chunks
+    EXPECT_EQ(sum.load(), 6);
+    const uint64_t got = ThreadPool::profile().prefetched - before;
+    if (mode >= 3) EXPECT_EQ(got, uint64_t(buf.size())) << "mode " << mode;
+    else EXPECT_LE(got, uint64_t(buf.size())) << "mode " << mode;
   }
   ThreadPool::set_profiling(false);
   ThreadPool::set_idle_prefetch_mode(saved);
