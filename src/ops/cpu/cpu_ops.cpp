@@ -617,6 +617,44 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
   });
 }
 
+namespace {
+// Prefetch of rows [r0, r1) of w (codes, scales, biases) into L2, 1 KiB of codes (and their
+// parameters) a step, for a thread that waits before it computes them. No-op for a null w.
+class WaitPrefetch {
+ public:
+  WaitPrefetch(const QWeight* w, int64_t r0, int64_t r1) : w_(w), r_(r0), r1_(r1) {
+    if (!w) return;
+    rb_ = int64_t(w->row_bytes());
+    pb_ = w->group_size > 0 ? w->cols / w->group_size * int64_t(dtype_size(w->sdtype)) : 0;
+  }
+  // False once every row is prefetched.
+  bool step() {
+    if (!w_ || r_ >= r1_) return false;
+    const int64_t n = std::min<int64_t>(r1_ - r_, std::max<int64_t>(1, 1024 / rb_));
+    prefetch(w_->data + r_ * rb_, n * rb_);
+    if (w_->scales) prefetch(w_->scales + r_ * pb_, n * pb_);
+    if (w_->biases) prefetch(w_->biases + r_ * pb_, n * pb_);
+    r_ += n;
+    return true;
+  }
+
+ private:
+  static void prefetch(const uint8_t* p, int64_t bytes) {
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);  // x86: prefetcht1
+  }
+  const QWeight* w_;
+  int64_t r_, r1_, rb_ = 1, pb_ = 0;
+};
+
+bool wait_prefetch() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOEFLUX_WAIT_PREFETCH");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+}  // namespace
+
 bool merged_attention_o() {
   static const bool on = env_on("MOEFLUX_MERGED_ATTN_O");
   return on;
@@ -681,12 +719,15 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
       }
       return;
     }
-    // Items are handed out in order: every attention item is running or done by now.
+    // Items are handed out in order: every attention item is running or done by now. While att
+    // is not ready, the block's own rows are prefetched into this core's L2 (MOEFLUX_WAIT_PREFETCH).
+    const int64_t r0 = at[size_t(b - n_attn)], r1 = at[size_t(b - n_attn) + 1];
+    WaitPrefetch pf(wait_prefetch() ? &wo : nullptr, r0, r1);
     while (!ready.load(std::memory_order_acquire)) {
       if (failed.load(std::memory_order_acquire)) return;
-      cpu_relax();
+      if (!pf.step()) cpu_relax();
     }
-    kn.matvec_rows(wo, px, out, at[size_t(b - n_attn)], at[size_t(b - n_attn) + 1]);
+    kn.matvec_rows(wo, px, out, r0, r1);
   });
 }
 
