@@ -367,6 +367,44 @@ bool guided_down() {
 }
 }  // namespace
 
+namespace {
+// Prefetch of rows [r0, r1) of w (codes, scales, biases) into L2, 1 KiB of codes (and their
+// parameters) a step, for a thread that waits before it computes them. No-op for a null w.
+class WaitPrefetch {
+ public:
+  WaitPrefetch(const QWeight* w, int64_t r0, int64_t r1) : w_(w), r_(r0), r1_(r1) {
+    if (!w) return;
+    rb_ = int64_t(w->row_bytes());
+    pb_ = w->group_size > 0 ? w->cols / w->group_size * int64_t(dtype_size(w->sdtype)) : 0;
+  }
+  // False once every row is prefetched.
+  bool step() {
+    if (!w_ || r_ >= r1_) return false;
+    const int64_t n = std::min<int64_t>(r1_ - r_, std::max<int64_t>(1, 1024 / rb_));
+    prefetch(w_->data + r_ * rb_, n * rb_);
+    if (w_->scales) prefetch(w_->scales + r_ * pb_, n * pb_);
+    if (w_->biases) prefetch(w_->biases + r_ * pb_, n * pb_);
+    r_ += n;
+    return true;
+  }
+
+ private:
+  static void prefetch(const uint8_t* p, int64_t bytes) {
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);  // x86: prefetcht1
+  }
+  const QWeight* w_;
+  int64_t r_, r1_, rb_ = 1, pb_ = 0;
+};
+
+bool wait_prefetch() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOEFLUX_WAIT_PREFETCH");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+}  // namespace
+
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                              const float* x, const float* w, float* out) {
   MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
@@ -421,6 +459,10 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
     // the thread waits only when none is; the sum is still taken in expert order.
     const int64_t r0 = dat[size_t(b - gu_items)], r1 = dat[size_t(b - gu_items) + 1];
     uint32_t todo = n == 32 ? ~0u : (1u << n) - 1;
+    // While no h is ready: this block's rows of the waiting experts' down, into L2, expert by
+    // expert (MOEFLUX_WAIT_PREFETCH).
+    int pi = 0;
+    WaitPrefetch pf(nullptr, 0, 0);
     while (todo) {
       bool ran = false;
       for (int i = 0; i < n; ++i)
@@ -430,6 +472,11 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
         }
       if (!ran) {
         if (failed.load(std::memory_order_acquire)) return;
+        while (wait_prefetch() && pi < n && !pf.step()) {
+          for (; pi < n && !(todo >> pi & 1); ++pi) {
+          }
+          if (pi < n) pf = WaitPrefetch(down[pi++], r0, r1);
+        }
         cpu_relax();
       }
     }
@@ -617,43 +664,6 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
   });
 }
 
-namespace {
-// Prefetch of rows [r0, r1) of w (codes, scales, biases) into L2, 1 KiB of codes (and their
-// parameters) a step, for a thread that waits before it computes them. No-op for a null w.
-class WaitPrefetch {
- public:
-  WaitPrefetch(const QWeight* w, int64_t r0, int64_t r1) : w_(w), r_(r0), r1_(r1) {
-    if (!w) return;
-    rb_ = int64_t(w->row_bytes());
-    pb_ = w->group_size > 0 ? w->cols / w->group_size * int64_t(dtype_size(w->sdtype)) : 0;
-  }
-  // False once every row is prefetched.
-  bool step() {
-    if (!w_ || r_ >= r1_) return false;
-    const int64_t n = std::min<int64_t>(r1_ - r_, std::max<int64_t>(1, 1024 / rb_));
-    prefetch(w_->data + r_ * rb_, n * rb_);
-    if (w_->scales) prefetch(w_->scales + r_ * pb_, n * pb_);
-    if (w_->biases) prefetch(w_->biases + r_ * pb_, n * pb_);
-    r_ += n;
-    return true;
-  }
-
- private:
-  static void prefetch(const uint8_t* p, int64_t bytes) {
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);  // x86: prefetcht1
-  }
-  const QWeight* w_;
-  int64_t r_, r1_, rb_ = 1, pb_ = 0;
-};
-
-bool wait_prefetch() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_WAIT_PREFETCH");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-}  // namespace
 
 bool merged_attention_o() {
   static const bool on = env_on("MOEFLUX_MERGED_ATTN_O");
