@@ -70,11 +70,19 @@ const cpu::Kernels& kernels() {
   }
 }
 
+// Prepared x's per thread, taken in turn (MOEFLUX_PX_RING, default 1: one reused). A ring
+// keeps the caller from writing lines the other cores still hold from the last region.
+size_t px_ring() {
+  static const size_t n = size_t(std::min<int64_t>(64, env_positive("MOEFLUX_PX_RING", 1)));
+  return n;
+}
+
 // The calling thread's prepared x, reused across calls. Workers reach it through a
 // reference (a lambda naming a thread_local would see the worker's own, empty one).
 cpu::PreparedX& prepared_x() {
-  thread_local cpu::PreparedX px;
-  return px;
+  thread_local std::vector<cpu::PreparedX> ring(px_ring());
+  thread_local size_t next = 0;
+  return ring[next++ % ring.size()];
 }
 
 // Rows per chunk, a multiple of m: 1 to max_chunks_per_thread() chunks per thread (a whole number of chunks per
@@ -232,7 +240,9 @@ void each_item(int64_t n, bool inline_, F&& fn) {
 
 // Prepared x's reused across calls (their buffers only grow); see prepared_x().
 std::vector<cpu::PreparedX>& prepared_pool(size_t n) {
-  thread_local std::vector<cpu::PreparedX> pool;
+  thread_local std::vector<std::vector<cpu::PreparedX>> ring(px_ring());
+  thread_local size_t next = 0;
+  std::vector<cpu::PreparedX>& pool = ring[next++ % ring.size()];
   if (pool.size() < n) pool.resize(n);
   return pool;
 }
