@@ -20,8 +20,7 @@ thread_local bool t_in_pool_task = false;
 constexpr int kSpinIters = 20000;   // workers: ~0.5-1 ms of polling before sleeping
 
 std::atomic<bool> g_profiling{false};
-std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0}, g_tail_ns{0}, g_slept{0}, g_worker_sleeps{0},
-    g_prefetched{0};
+std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0}, g_tail_ns{0}, g_slept{0}, g_worker_sleeps{0};
 uint64_t now_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now().time_since_epoch())
@@ -35,73 +34,16 @@ int default_spin_us() {
 std::atomic<int> g_spin_us{default_spin_us()};
 }  // namespace
 
-namespace {
-std::atomic<int> g_pf_mode{[] {
-  const char* e = std::getenv("MOEFLUX_IDLE_PREFETCH");
-  return e && *e ? std::clamp(std::atoi(e), 0, 4) : 0;
-}()};
-}  // namespace
-int ThreadPool::idle_prefetch_mode() { return g_pf_mode.load(std::memory_order_relaxed); }
-void ThreadPool::set_idle_prefetch_mode(int mode) { g_pf_mode.store(std::clamp(mode, 0, 4)); }
-
-void ThreadPool::set_idle_prefetch(const PrefetchRange* ranges, int n) {
-  // The next job's slot: no thread reads it (workers between jobs read the last job's).
-  PrefetchSet& set = pf_[(generation_ + 1) % 2];
-  set.n = 0;
-  if (idle_prefetch_mode() == 0 || workers_.empty()) return;
-  constexpr int64_t kUnit = 4096;
-  for (int i = 0; i < n && set.n < kMaxPrefetchRanges; ++i) {
-    if (!ranges[i].p || ranges[i].bytes <= 0) continue;
-    set.ranges[set.n] = ranges[i];
-    set.units_before[set.n + 1] = set.units_before[set.n] + (ranges[i].bytes + kUnit - 1) / kUnit;
-    ++set.n;
-  }
-  set.next.store(0, std::memory_order_relaxed);
-}
-
-int ThreadPool::idle_prefetch_ranges() const { return pf_[(generation_ + 1) % 2].n; }
-
-bool ThreadPool::prefetch_unit(PrefetchSet& set, int64_t* bytes) {
-  const int64_t u = set.next.fetch_add(1, std::memory_order_relaxed);
-  if (u >= set.units_before[set.n]) return false;
-  int r = 0;
-  while (set.units_before[r + 1] <= u) ++r;
-  const int64_t off = (u - set.units_before[r]) * 4096, end = std::min(set.ranges[r].bytes, off + 4096);
-  const char* p = static_cast<const char*>(set.ranges[r].p);
-  const bool l1 = idle_prefetch_mode() % 2 == 1;
-  for (int64_t o = off; o < end; o += 64) {
-    if (l1) __builtin_prefetch(p + o, 0, 3);  // x86: prefetcht0
-    else __builtin_prefetch(p + o, 0, 2);     // prefetcht1
-  }
-  *bytes += end - off;
-  return true;
-}
-
-void ThreadPool::count_prefetched(int64_t bytes) {
-  if (bytes && g_profiling.load(std::memory_order_relaxed)) g_prefetched.fetch_add(uint64_t(bytes), std::memory_order_relaxed);
-}
-
-void ThreadPool::idle_prefetch(uint64_t generation) {
-  // Until every thread has failed a claim (one failed claim each: next_ passes chunks_ by
-  // size()), or the units run out.
-  PrefetchSet& set = pf_[generation % 2];
-  const int64_t all_out = chunks_ + size();
-  int64_t bytes = 0;
-  while (next_.load(std::memory_order_relaxed) < all_out && prefetch_unit(set, &bytes)) {
-  }
-  count_prefetched(bytes);
-}
-
 void ThreadPool::set_caller_spin_us(int us) { g_spin_us.store(std::max(0, us)); }
 int ThreadPool::caller_spin_us() { return g_spin_us.load(); }
 
 void ThreadPool::set_profiling(bool on) { g_profiling.store(on); }
 PoolProfile ThreadPool::profile() {
-  return PoolProfile{g_regions.load(),     double(g_region_ns.load()) * 1e-9, double(g_busy_ns.load()) * 1e-9,
-                     double(g_tail_ns.load()) * 1e-9, g_slept.load(), g_worker_sleeps.load(), g_prefetched.load()};
+  return PoolProfile{g_regions.load(), double(g_region_ns.load()) * 1e-9, double(g_busy_ns.load()) * 1e-9,
+                     double(g_tail_ns.load()) * 1e-9, g_slept.load(), g_worker_sleeps.load()};
 }
 void ThreadPool::reset_profile() {
-  g_regions = 0, g_region_ns = 0, g_busy_ns = 0, g_tail_ns = 0, g_slept = 0, g_worker_sleeps = 0, g_prefetched = 0;
+  g_regions = 0, g_region_ns = 0, g_busy_ns = 0, g_tail_ns = 0, g_slept = 0, g_worker_sleeps = 0;
 }
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -121,7 +63,7 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::take_chunks(uint64_t generation) {
+void ThreadPool::take_chunks() {
   const bool was_in = t_in_pool_task;
   t_in_pool_task = true;
   const bool prof = g_profiling.load(std::memory_order_relaxed);
@@ -136,7 +78,6 @@ void ThreadPool::take_chunks(uint64_t generation) {
     }
   }
   if (prof) g_busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-  if (pf_[generation % 2].n > 0) idle_prefetch(generation);
   t_in_pool_task = was_in;
 }
 
@@ -163,15 +104,10 @@ void ThreadPool::worker_loop(int index) {
     // Fast path: a job published while spinning is taken without the lock (its fields were
     // written before the release store of published_).
     uint64_t p = published_.load(std::memory_order_acquire);
-    // Idle prefetch modes 3 and 4: the last job's ranges, a unit at a time, until the next job.
-    PrefetchSet& set = pf_[seen % 2];
-    bool gap = seen != 0 && idle_prefetch_mode() >= 3 && set.n > 0;
-    int64_t bytes = 0;
     for (int i = 0; i < kSpinIters && p == seen; ++i) {
-      if (!gap || !(gap = prefetch_unit(set, &bytes))) cpu_relax();
+      cpu_relax();
       p = published_.load(std::memory_order_acquire);
     }
-    count_prefetched(bytes);
     if (p == seen) {
       if (g_profiling.load(std::memory_order_relaxed)) g_worker_sleeps.fetch_add(1, std::memory_order_relaxed);
       std::unique_lock<std::mutex> lock(mu_);
@@ -180,7 +116,7 @@ void ThreadPool::worker_loop(int index) {
     }
     if (p == ~uint64_t(0)) return;  // stop
     seen = p;
-    take_chunks(seen);
+    take_chunks();
     // seq_cst store and load against the caller's seq_cst store of caller_waiting_ and its
     // check of the slots: either it sees this slot or this worker sees it waiting.
     done_[size_t(index)].generation.store(seen, std::memory_order_seq_cst);
@@ -198,7 +134,6 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   std::unique_lock<std::mutex> run_lock(run_mu_, std::try_to_lock);
   if (workers_.empty() || n <= grain || t_in_pool_task || !run_lock.owns_lock()) {
     // Inline: one thread gains nothing from short chunks (guided: one chunk).
-    if (run_lock.owns_lock() && !t_in_pool_task) pf_[(generation_ + 1) % 2].n = 0;  // no tail to prefetch in
     const int64_t step = guided_div ? n : grain;
     for (int64_t b = 0; b < n; b += step) fn(ctx, b, std::min(n, b + step));
     return;
@@ -224,7 +159,7 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
     published_.store(gen, std::memory_order_release);
   }
   start_cv_.notify_all();  // no system call when every worker is spinning
-  take_chunks(gen);
+  take_chunks();
   const uint64_t t_own = prof ? now_ns() : 0;
   // Poll for the workers' last chunks, then sleep. A wake-up through the futex costs ~10 us
   // on bare metal and more in a VM; polling too long costs more than it saves when the
@@ -254,8 +189,6 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
     err = error_;
     error_ = nullptr;
   }
-  // The slot of the next job held the job before this one's ranges: none unless set again.
-  pf_[(gen + 1) % 2].n = 0;
   if (prof) {
     const uint64_t t1 = now_ns();
     g_regions.fetch_add(1, std::memory_order_relaxed), g_region_ns.fetch_add(t1 - t0, std::memory_order_relaxed);

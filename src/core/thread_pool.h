@@ -23,7 +23,6 @@ struct PoolProfile {
   double tail_s = 0;       // the caller, from its last chunk to the region's end
   uint64_t slept = 0;      // regions whose caller outwaited its spin and slept on the workers
   uint64_t worker_sleeps = 0;  // times a worker outwaited its spin between jobs and slept
-  uint64_t prefetched = 0;     // bytes prefetched by threads out of chunks (set_idle_prefetch)
 };
 
 class ThreadPool {
@@ -46,26 +45,6 @@ class ThreadPool {
   static void set_profiling(bool on);
   static PoolProfile profile();
   static void reset_profile();
-
-  // Idle prefetch: byte ranges that the work after the next region will read. During the next
-  // region that runs on the workers, each thread that finds no chunk left while others still
-  // run theirs prefetches the ranges, 4 KiB at a time from a shared cursor, so that the time a
-  // region's tail leaves the memory idle reads what comes next; in modes 3 and 4 the workers go
-  // on after the region, between jobs, while the caller runs serial code. The ranges apply to
-  // that one region (and the gap after it). Only from the thread that calls parallel_for,
-  // between regions; the bytes need not stay mapped (a prefetch never faults). Off unless
-  // MOEFLUX_IDLE_PREFETCH is 1 / 3 (into L1) or 2 / 4 (into L2).
-  struct PrefetchRange {
-    const void* p = nullptr;
-    int64_t bytes = 0;
-  };
-  static constexpr int kMaxPrefetchRanges = 16;
-  void set_idle_prefetch(const PrefetchRange* ranges, int n);
-  // 0 off, else as MOEFLUX_IDLE_PREFETCH; set_idle_prefetch_mode overrides the environment (tests).
-  static int idle_prefetch_mode();
-  static void set_idle_prefetch_mode(int mode);
-  // The ranges set for the next region (0 once it has run, or when off).
-  int idle_prefetch_ranges() const;
 
   // Calls fn(begin, end) on disjoint chunks [begin, end) covering [0, n), each at most
   // `grain` long, and returns when all have run.
@@ -94,20 +73,8 @@ class ThreadPool {
   void run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult, RangeFn fn, void* ctx);
   bool claim(int64_t* begin, int64_t* end);  // the next chunk; false when none is left
   void worker_loop(int index);
-  void take_chunks(uint64_t generation);
+  void take_chunks();
   bool workers_done(uint64_t generation) const;
-  // Ranges to prefetch, per job (set_idle_prefetch): the cumulative 4 KiB units before each
-  // range and the shared cursor over the units. Two slots: job g's are pf_[g % 2], read by its
-  // threads in its tail and between jobs after it, while the caller fills the other.
-  struct PrefetchSet {
-    PrefetchRange ranges[kMaxPrefetchRanges];
-    int64_t units_before[kMaxPrefetchRanges + 1] = {};
-    int n = 0;
-    alignas(64) std::atomic<int64_t> next{0};
-  };
-  void idle_prefetch(uint64_t generation);            // a thread out of chunks
-  static bool prefetch_unit(PrefetchSet& set, int64_t* bytes);  // false: none left
-  static void count_prefetched(int64_t bytes);
 
   // Per worker, on a cache line of its own: the last generation it finished. The caller reads
   // these instead of a shared countdown (on the 16-vCPU Xeon each contended read-modify-write
@@ -132,7 +99,6 @@ class ThreadPool {
   int64_t n_ = 0, grain_ = 1, chunks_ = 0;
   bool guided_ = false;
   std::vector<int64_t> bounds_;
-  PrefetchSet pf_[2];
   alignas(64) std::atomic<int64_t> next_{0};
   alignas(64) std::atomic<uint64_t> published_{0};  // generation_ readable without the lock (spinning)
   std::exception_ptr error_;

@@ -9,12 +9,7 @@
 namespace moeflux {
 
 Session::Session(const Model& m) : m_(m) {
-  for (const auto& l : m.layers) {
-    states_.push_back(l.mixer->make_state());
-    first_mixer_.push_back(l.mixer->first_weights());
-    first_ffn_.push_back(l.ffn->first_weights());
-  }
-  first_mixer_.push_back({&m.lm_head});  // after the last layer
+  for (const auto& l : m.layers) states_.push_back(l.mixer->make_state());
 }
 
 void Session::reset() {
@@ -85,14 +80,10 @@ std::vector<float> Session::run(std::span<const int32_t> ids, const ForwardOptio
     PhaseTimer pt("layer.norms");
     add_norm(layer.attn_norm, false);
     pt.next("layer.mixer");
-    const auto& ffn_first = first_ffn_[size_t(l)];
-    set_following_weights(int(ffn_first.size()), ffn_first.data());
     layer.mixer->forward(h.data(), T, pos0, *states_[size_t(l)], y.data());
     pt.next("layer.norms");
     add_norm(layer.ffn_norm, true);
     pt.next("layer.ffn");
-    const auto& next_first = first_mixer_[size_t(l + 1)];
-    set_following_weights(int(next_first.size()), next_first.data());
     layer.ffn->forward(h.data(), T, y.data());
     pt.next("layer.residual");
     add_scaled(1.0f, y.data(), x.data(), int64_t(x.size()));

@@ -38,9 +38,6 @@ class Session {
   bool broken_ = false;  // the state is out of step with tokens_ (a pass failed midway)
   const Model& m_;
   std::vector<std::unique_ptr<LayerState>> states_;
-  // Per layer, the first weights of its mixer and of its ffn (Mixer::first_weights), and the
-  // head's: what each block's last region prefetches for the block after it.
-  std::vector<std::vector<const QWeight*>> first_mixer_, first_ffn_;
   std::vector<int32_t> tokens_;
 };
 

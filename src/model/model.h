@@ -44,9 +44,6 @@ class Mixer {
   // x: (T, dim) normed inputs at positions pos0 .. pos0 + T - 1; out: (T, dim).
   // Appends the T positions to `st`.
   virtual void forward(const float* x, int64_t T, int64_t pos0, LayerState& st, float* out) const = 0;
-  // The weights a decode step's first parallel region reads (the idle prefetch of the block
-  // before it: ops/cpu/cpu_ops.h); none by default.
-  virtual std::vector<const QWeight*> first_weights() const { return {}; }
 };
 
 // Channel mixing: dense MLP or mixture of experts.
@@ -55,8 +52,6 @@ class FeedForward {
   virtual ~FeedForward() = default;
   // x: (T, dim) -> out: (T, dim)
   virtual void forward(const float* x, int64_t T, float* out) const = 0;
-  // As Mixer::first_weights.
-  virtual std::vector<const QWeight*> first_weights() const { return {}; }
 };
 
 struct Layer {

@@ -53,8 +53,6 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
     rope_angles(rope, pos0, cs.data());
     const QWeight* ws[3] = {&wq, &wk, &wv};
     float* ys[3] = {qg, kv.k.data() + len0 * kd, kv.v.data() + len0 * kd};
-    const QWeight* after[1] = {&wo};
-    prefetch_in_next_region(1, after);  // o's rows, in q/k/v's tail
     matvec_multi_epilogue(3, ws, x, ys, head_dim, [&](int i, int64_t r0, int64_t r1) {
       for (int64_t b = r0 / head_dim; b < r1 / head_dim; ++b) {
         if (i == 0) q_block(0, b, cs.data());
@@ -80,7 +78,6 @@ void GqaAttention::forward(const float* x, int64_t T, int64_t pos0, LayerState& 
   pt.next("attn.core+o");
   const float scale = 1.0f / std::sqrt(float(head_dim));
   if (T == 1) {
-    prefetch_following_in_next_region();  // the next block's first weights, in this region's tail
     attention_project(q, kv.k.data(), kv.v.data(), len0, window, n_heads, n_kv_heads, head_dim, scale, gate, att,
                       wo, out);
   } else {

@@ -40,7 +40,6 @@ struct GqaAttention : Mixer {
     return std::make_unique<KvCache>(n_kv_heads, head_dim, head_dim);
   }
   void forward(const float* x, int64_t T, int64_t pos0, LayerState& st, float* out) const override;
-  std::vector<const QWeight*> first_weights() const override { return {&wq, &wk, &wv}; }
 };
 
 }  // namespace moeflux

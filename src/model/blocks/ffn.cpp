@@ -123,7 +123,6 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
     }
     if (distinct_ids) {  // a router's top-k is; the general path below merges repeats
       pt.next("moe.experts");
-      if (shared.empty()) prefetch_following_in_next_region();  // the next layer's first weights
       swiglu_experts_combined(int(K), g.data(), u.data(), d.data(), x, wt.data(), out);
       pt.next("moe.combine+shared");
       return add_shared(x, T, out);

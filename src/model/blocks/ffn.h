@@ -24,7 +24,6 @@ struct DenseMlp : FeedForward {
   int64_t dim = 0;
   SwiGlu mlp;
   void forward(const float* x, int64_t T, float* out) const override;
-  std::vector<const QWeight*> first_weights() const override { return {&mlp.gate, &mlp.up}; }
 };
 
 // Router: logits (n_experts) -> ids, weights (n_experts_active).
@@ -59,7 +58,6 @@ struct MoeFfn : FeedForward {
   void to_lanes_in_slot(int expert, uint8_t* slot) const;
 
   void forward(const float* x, int64_t T, float* out) const override;
-  std::vector<const QWeight*> first_weights() const override { return {&router}; }
   // Routes x (T, dim): ids and weights (T, n_experts_active).
   void route_tokens(const float* x, int64_t T, int32_t* ids, float* weights) const;
 

@@ -70,19 +70,11 @@ const cpu::Kernels& kernels() {
   }
 }
 
-// Prepared x's per thread, taken in turn (MOEFLUX_PX_RING, default 1: one reused). A ring
-// keeps the caller from writing lines the other cores still hold from the last region.
-size_t px_ring() {
-  static const size_t n = size_t(std::min<int64_t>(64, env_positive("MOEFLUX_PX_RING", 1)));
-  return n;
-}
-
 // The calling thread's prepared x, reused across calls. Workers reach it through a
 // reference (a lambda naming a thread_local would see the worker's own, empty one).
 cpu::PreparedX& prepared_x() {
-  thread_local std::vector<cpu::PreparedX> ring(px_ring());
-  thread_local size_t next = 0;
-  return ring[next++ % ring.size()];
+  thread_local cpu::PreparedX px;
+  return px;
 }
 
 // Rows per chunk, a multiple of m: 1 to max_chunks_per_thread() chunks per thread (a whole number of chunks per
@@ -119,48 +111,6 @@ bool same_layout(const QWeight& a, const QWeight& b) {
          a.group_lanes == b.group_lanes;
 }
 }  // namespace
-
-namespace {
-// The ranges of n weights' bytes, at most ThreadPool::kMaxPrefetchRanges.
-int weight_ranges(int n, const QWeight* const* ws, ThreadPool::PrefetchRange* out) {
-  int k = 0;
-  auto add = [&](const void* p, int64_t bytes) {
-    if (p && bytes > 0 && k < ThreadPool::kMaxPrefetchRanges) out[k++] = {p, bytes};
-  };
-  for (int i = 0; i < n; ++i) {
-    const QWeight& w = *ws[i];
-    add(w.data, int64_t(w.data_bytes()));
-    const int64_t params = w.group_size > 0 ? w.rows * (w.cols / w.group_size) * int64_t(dtype_size(w.sdtype)) : 0;
-    add(w.scales, params);
-    add(w.biases, params);
-  }
-  return k;
-}
-struct Following {
-  ThreadPool::PrefetchRange ranges[ThreadPool::kMaxPrefetchRanges];
-  int n = 0;
-};
-Following& following() {
-  thread_local Following f;
-  return f;
-}
-}  // namespace
-
-void prefetch_in_next_region(int n, const QWeight* const* ws) {
-  if (ThreadPool::idle_prefetch_mode() == 0) return;
-  ThreadPool::PrefetchRange r[ThreadPool::kMaxPrefetchRanges];
-  cpu_thread_pool().set_idle_prefetch(r, weight_ranges(n, ws, r));
-}
-
-void set_following_weights(int n, const QWeight* const* ws) {
-  if (ThreadPool::idle_prefetch_mode() == 0) return;
-  following().n = weight_ranges(n, ws, following().ranges);
-}
-
-void prefetch_following_in_next_region() {
-  if (ThreadPool::idle_prefetch_mode() == 0) return;
-  cpu_thread_pool().set_idle_prefetch(following().ranges, following().n);
-}
 
 void for_tokens(int64_t T, int64_t bytes_per_token, const std::function<void(int64_t, int64_t)>& fn) {
   for_rows(T, bytes_per_token, 1, fn);
@@ -240,9 +190,7 @@ void each_item(int64_t n, bool inline_, F&& fn) {
 
 // Prepared x's reused across calls (their buffers only grow); see prepared_x().
 std::vector<cpu::PreparedX>& prepared_pool(size_t n) {
-  thread_local std::vector<std::vector<cpu::PreparedX>> ring(px_ring());
-  thread_local size_t next = 0;
-  std::vector<cpu::PreparedX>& pool = ring[next++ % ring.size()];
+  thread_local std::vector<cpu::PreparedX> pool;
   if (pool.size() < n) pool.resize(n);
   return pool;
 }
@@ -377,44 +325,6 @@ bool guided_down() {
 }
 }  // namespace
 
-namespace {
-// Prefetch of rows [r0, r1) of w (codes, scales, biases) into L2, 1 KiB of codes (and their
-// parameters) a step, for a thread that waits before it computes them. No-op for a null w.
-class WaitPrefetch {
- public:
-  WaitPrefetch(const QWeight* w, int64_t r0, int64_t r1) : w_(w), r_(r0), r1_(r1) {
-    if (!w) return;
-    rb_ = int64_t(w->row_bytes());
-    pb_ = w->group_size > 0 ? w->cols / w->group_size * int64_t(dtype_size(w->sdtype)) : 0;
-  }
-  // False once every row is prefetched.
-  bool step() {
-    if (!w_ || r_ >= r1_) return false;
-    const int64_t n = std::min<int64_t>(r1_ - r_, std::max<int64_t>(1, 1024 / rb_));
-    prefetch(w_->data + r_ * rb_, n * rb_);
-    if (w_->scales) prefetch(w_->scales + r_ * pb_, n * pb_);
-    if (w_->biases) prefetch(w_->biases + r_ * pb_, n * pb_);
-    r_ += n;
-    return true;
-  }
-
- private:
-  static void prefetch(const uint8_t* p, int64_t bytes) {
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);  // x86: prefetcht1
-  }
-  const QWeight* w_;
-  int64_t r_, r1_, rb_ = 1, pb_ = 0;
-};
-
-bool wait_prefetch() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_WAIT_PREFETCH");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-}  // namespace
-
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                              const float* x, const float* w, float* out) {
   MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
@@ -469,10 +379,6 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
     // the thread waits only when none is; the sum is still taken in expert order.
     const int64_t r0 = dat[size_t(b - gu_items)], r1 = dat[size_t(b - gu_items) + 1];
     uint32_t todo = n == 32 ? ~0u : (1u << n) - 1;
-    // While no h is ready: this block's rows of the waiting experts' down, into L2, expert by
-    // expert (MOEFLUX_WAIT_PREFETCH).
-    int pi = 0;
-    WaitPrefetch pf(nullptr, 0, 0);
     while (todo) {
       bool ran = false;
       for (int i = 0; i < n; ++i)
@@ -482,11 +388,6 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
         }
       if (!ran) {
         if (failed.load(std::memory_order_acquire)) return;
-        while (wait_prefetch() && pi < n && !pf.step()) {
-          for (; pi < n && !(todo >> pi & 1); ++pi) {
-          }
-          if (pi < n) pf = WaitPrefetch(down[pi++], r0, r1);
-        }
         cpu_relax();
       }
     }
@@ -674,7 +575,6 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
   });
 }
 
-
 bool merged_attention_o() {
   static const bool on = env_on("MOEFLUX_MERGED_ATTN_O");
   return on;
@@ -739,15 +639,12 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
       }
       return;
     }
-    // Items are handed out in order: every attention item is running or done by now. While att
-    // is not ready, the block's own rows are prefetched into this core's L2 (MOEFLUX_WAIT_PREFETCH).
-    const int64_t r0 = at[size_t(b - n_attn)], r1 = at[size_t(b - n_attn) + 1];
-    WaitPrefetch pf(wait_prefetch() ? &wo : nullptr, r0, r1);
+    // Items are handed out in order: every attention item is running or done by now.
     while (!ready.load(std::memory_order_acquire)) {
       if (failed.load(std::memory_order_acquire)) return;
-      if (!pf.step()) cpu_relax();
+      cpu_relax();
     }
-    kn.matvec_rows(wo, px, out, r0, r1);
+    kn.matvec_rows(wo, px, out, at[size_t(b - n_attn)], at[size_t(b - n_attn) + 1]);
   });
 }
 

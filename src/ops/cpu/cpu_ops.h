@@ -15,15 +15,6 @@ namespace moeflux {
 // (norms, RoPE, gathers) that would otherwise run on one thread between parallel ops.
 void for_tokens(int64_t T, int64_t bytes_per_token, const std::function<void(int64_t, int64_t)>& fn);
 
-// Idle prefetch (ThreadPool::set_idle_prefetch; MOEFLUX_IDLE_PREFETCH): the bytes of n weights
-// (codes, scales, biases), which the work after the next parallel region reads, prefetched by
-// that region's threads once they have no rows left. Decode's blocks name their own next
-// weights; across blocks, the layer loop names the next block's first ones (set_following_weights)
-// and the block's last region takes them (prefetch_following_in_next_region). No-ops when off.
-void prefetch_in_next_region(int n, const QWeight* const* ws);
-void set_following_weights(int n, const QWeight* const* ws);
-void prefetch_following_in_next_region();
-
 // y (w.rows) = W x (w.cols). Any QWeight format.
 void matvec(const QWeight& w, const float* x, float* y);
 
