@@ -77,30 +77,6 @@ cpu::PreparedX& prepared_x() {
   return px;
 }
 
-// Prefetch of one token's prepared x into L1 before a chunk's rows (MOEFLUX_PX_PREFETCH=1): a
-// region's first rows would otherwise pull x's lines from the core that prepared it, a few
-// misses at a time, before the weights' stream gets going.
-bool px_prefetch_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_PX_PREFETCH");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-void prefetch_px(const cpu::PreparedX& px) {
-  if (!px_prefetch_on() || px.T != 1) return;
-  const size_t cap = size_t(px.cols) * 4;  // a token's buffer at most (grown buffers hold more)
-  auto pf = [&](const void* p, size_t bytes) {
-    bytes = std::min(bytes, cap);
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o, 0, 3);
-  };
-  if (px.digits) pf(px.xd.data(), px.xd.size());
-  if (px.words) pf(px.xw.data(), px.xw.size() * 2);
-  if (px.digits || px.words) pf(px.dx.data(), px.dx.size() * 4);
-  if (px.interleaved) pf(px.xs.data(), size_t(px.stride) * 4);
-  pf(px.gsum.data(), std::min(px.gsum.size(), size_t(px.gstride)) * 4);
-}
-
 // Rows per chunk, a multiple of m: 1 to max_chunks_per_thread() chunks per thread (a whole number of chunks per
 // thread, so that a small matrix ends in one round), each at least chunk_min_bytes().
 int64_t row_grain(int64_t rows, int64_t row_work, int threads, int64_t m) {
@@ -188,7 +164,6 @@ void rows_region(const cpu::Kernels& k, int n, const QWeight* const* ws, const c
   // Rows computed so far per block of align global rows (blocks never straddle two weights).
   std::vector<std::atomic<int32_t>> done(then && align > 1 ? size_t(total_rows(n, ws) / align) : 0);
   for_weight_rows(n, ws, int64_t(ws[0]->row_bytes()), [&](int i, int64_t lo, int64_t hi, int64_t base) {
-    prefetch_px(*pxs[i]);
     k.matvec_rows(*ws[i], *pxs[i], ys[i], lo, hi);
     if (!then) return;
     if (done.empty()) return (*then)(i, lo, hi);
@@ -293,7 +268,6 @@ struct GateUpItems {
   int64_t run(const cpu::Kernels& k, int64_t b, const cpu::PreparedX& px, float* gu) const {
     const int64_t i = b / blocks, r0 = (b % blocks) * block, r1 = std::min(hidden, r0 + block);
     float *g = gu + 2 * i * hidden, *u = g + hidden;
-    prefetch_px(px);
     k.matvec_rows(*gate[i], px, g, r0, r1);
     k.matvec_rows(*up[i], px, u, r0, r1);
     k.swiglu(g + r0, u + r0, r1 - r0, g + r0);
@@ -409,7 +383,6 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
       bool ran = false;
       for (int i = 0; i < n; ++i)
         if ((todo >> i & 1) && prepared[i].load(std::memory_order_acquire)) {
-          prefetch_px(pool[size_t(i)]);
           k.matvec_rows(*down[i], pool[size_t(i)], ys + i * dim, r0, r1);
           todo &= ~(1u << i), ran = true;
         }
@@ -671,7 +644,6 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
       if (failed.load(std::memory_order_acquire)) return;
       cpu_relax();
     }
-    prefetch_px(px);
     kn.matvec_rows(wo, px, out, at[size_t(b - n_attn)], at[size_t(b - n_attn) + 1]);
   });
 }
