@@ -105,7 +105,7 @@ for s in ${DEVICE_STEPS:-stream}; do
     optests)  # the op tests (test_ops_cpu's sources) built by hand against this build's engine library: the
       # engine-only build has no tests, and the AVX-512 VNNI paths run only here. OPTESTS: a gtest filter.
       g++ -O2 -std=c++20 -Isrc -Itests '-DMOEFLUX_TEST_SCRATCH="/tmp"' '-DMOEFLUX_TEST_DATA="tests/data"' '-DMOEFLUX_EXE="moeflux"' \
-          tests/ops/test_ops_cpu.cpp tests/ops/test_attention_project.cpp tests/ops/test_group_lanes.cpp tests/ops/test_thread_pool.cpp \
+          tests/ops/test_ops_cpu.cpp tests/ops/test_attention_project.cpp tests/ops/test_route_experts.cpp tests/ops/test_group_lanes.cpp tests/ops/test_thread_pool.cpp \
           tests/util/random_weights.cpp tests/util/test_util.cpp "$W/build/src/libmoeflux_core.a" -lgtest -lgtest_main -lpthread -lz \
           -o "$W/test_ops_cpu" 2>"$OUT/optests-build.log" || { tail -20 "$OUT/optests-build.log"; continue; }
       timeout 300 "$W/test_ops_cpu" --gtest_filter="${OPTESTS:-*}" 2>&1 | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|tests? ran|Expected|Which is|actual" | head -60 | tee "$OUT/optests.md" ;;

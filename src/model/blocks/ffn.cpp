@@ -105,8 +105,23 @@ void MoeFfn::forward(const float* x, int64_t T, float* out) const {
   std::vector<float> w(static_cast<size_t>(T * K));
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   PhaseTimer pt("moe.route");
-  route_tokens(x, T, ids.data(), w.data());
-  if (!cache && T == 1 && K <= kMaxFusedExperts && fused_experts()) {
+  const bool fused = !cache && T == 1 && K <= kMaxFusedExperts && fused_experts();
+  if (fused && merged_route()) {
+    // Router, routing and experts in one parallel region; back here with the routing made when
+    // the experts cannot run fused.
+    pt.next("moe.route+experts");
+    thread_local std::vector<const QWeight*> g, u, d;
+    g.resize(size_t(n_experts)), u.resize(size_t(n_experts)), d.resize(size_t(n_experts));
+    for (int64_t e = 0; e < n_experts; ++e)
+      g[size_t(e)] = &experts[size_t(e)].gate, u[size_t(e)] = &experts[size_t(e)].up, d[size_t(e)] = &experts[size_t(e)].down;
+    if (route_experts_combined(router, x, route, int(K), g.data(), u.data(), d.data(), ids.data(), w.data(), out)) {
+      pt.next("moe.combine+shared");
+      return add_shared(x, T, out);
+    }
+  } else {
+    route_tokens(x, T, ids.data(), w.data());
+  }
+  if (fused) {
     // One token, every expert in memory: experts and combine in one parallel region, the
     // experts in ascending id (the order the sum is defined by), without the batch's grouping.
     std::array<int32_t, kMaxFusedExperts> order;

@@ -4,10 +4,12 @@
 #include "ops/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <numeric>
 #include <string>
 
 #include "core/cpu_features.h"
@@ -254,12 +256,13 @@ bool uniform_experts(int n, const QWeight* const* gate, const QWeight* const* up
 // One token's gate / up rows of n uniform experts as items: item b is a block of rows of
 // expert b / blocks (at least min_per_expert blocks of >= 16 rows each), its gate and up rows
 // into gu (expert i: gate at 2i, up at 2i + 1), then h = silu(gate) * up in place of gate, so
-// that no serial pass over the experts follows.
+// that no serial pass over the experts follows. `shape` is a gate of the experts' common
+// layout and shape; the arrays gate and up are read by run() only (they may be filled later).
 struct GateUpItems {
   const QWeight *const *gate, *const *up;
-  int64_t hidden, block, blocks;
-  GateUpItems(int n, const QWeight* const* g, const QWeight* const* u, int64_t min_per_expert)
-      : gate(g), up(u), hidden(g[0]->rows) {
+  int64_t hidden, row_bytes, block, blocks;
+  GateUpItems(int n, const QWeight* const* g, const QWeight* const* u, const QWeight& shape, int64_t min_per_expert)
+      : gate(g), up(u), hidden(shape.rows), row_bytes(int64_t(shape.row_bytes())) {
     const int64_t per_expert = std::max<int64_t>(min_per_expert, max_chunks_per_thread() * cpu_thread_pool().size() / n);
     block = std::max<int64_t>(16, (hidden + per_expert - 1) / per_expert);
     blocks = (hidden + block - 1) / block;
@@ -274,7 +277,7 @@ struct GateUpItems {
     return i;
   }
   // Below this the items run on the calling thread.
-  bool small(int n) const { return 2 * n * hidden * int64_t(gate[0]->row_bytes()) < parallel_min_bytes(); }
+  bool small(int n) const { return 2 * n * hidden * row_bytes < parallel_min_bytes(); }
 };
 }  // namespace
 
@@ -286,7 +289,7 @@ void swiglu_experts(int n, const QWeight* const* gate, const QWeight* const* up,
     return;
   }
   const cpu::Kernels& k = kernels();
-  const GateUpItems items(n, gate, up, 1);
+  const GateUpItems items(n, gate, up, *gate[0], 1);
   float* gu = cpu::scratch(4, size_t(2 * n * items.hidden));
   std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n) + 1);
   const cpu::PreparedX& px = pool[size_t(n)];  // x; pool[i] is expert i's h
@@ -323,53 +326,68 @@ bool guided_down() {
   static const bool on = env_on("MOEFLUX_GUIDED_DOWN");
   return on;
 }
-}  // namespace
 
-void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
-                             const float* x, const float* w, float* out) {
-  MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
-  for (int i = 0; i < n; ++i) MF_ASSERT(down[i]->rows == down[0]->rows);
-  const int64_t dim = down[0]->rows;
-  float* ys = cpu::scratch(6, size_t(n * dim));  // expert i's down output at i * dim
-  const float* yp[kMaxFusedExperts];
-  for (int i = 0; i < n; ++i) yp[i] = ys + i * dim;
-  if (!uniform_experts(n, gate, up, down)) {
-    for (int i = 0; i < n; ++i) swiglu_expert(*gate[i], *up[i], *down[i], x, ys + i * dim);
-    return combine_weighted(n, yp, w, out, 0, dim);
-  }
-  const cpu::Kernels& k = kernels();
-  // Gate / up items, at least 4 per expert so that the last ones, which the first down blocks
-  // wait for, are short. Down: blocks of output rows over all experts (at least 64 rows: each
-  // is n runs of contiguous rows), each added up where it was computed.
-  const GateUpItems items(n, gate, up, 4);
-  float* gu = cpu::scratch(4, size_t(2 * n * items.hidden));
-  std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(n) + 1);
-  cpu::PreparedX& px = pool[size_t(n)];  // x; pool[i] is expert i's h
-  cpu::prepare_for(k, *gate[0], x, &px);
-  const int64_t gu_items = n * items.blocks;
-  const int64_t dchunks = 4 * max_chunks_per_thread() * cpu_thread_pool().size();  // small: the region ends with them
-  const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
-  // Down blocks: dblock rows each, or (guided) shrinking from dblock to 16 rows as the rows run
-  // out, so that the region's last items are short.
-  const std::vector<int64_t> dat =
-      shrinking_bounds(dim, cpu_thread_pool().size(), 16, guided_down() ? 16 : dblock, dblock);
-  const int64_t d_items = int64_t(dat.size()) - 1;
-  std::atomic<int> left[kMaxFusedExperts];  // gate / up blocks still running, per expert
-  for (int i = 0; i < n; ++i) left[i].store(int(items.blocks), std::memory_order_relaxed);
+// Decode's fused experts (swiglu_experts_combined, route_experts_combined) as the items of one
+// parallel region: n * blocks gate / up items, then blocks of output rows, each running every
+// expert's down rows and adding them up in expert order. The experts (gate, up, down, w) and
+// x prepared for gate / up (*xp) may be filled in by earlier items of the same region: the
+// gate / up items wait until `pending` such tasks have called arrive(). A task that fails, or
+// finds that the experts cannot run fused, calls stop(): the waiting items then return.
+struct FusedExperts {
+  const cpu::Kernels& k;
+  const int n;
+  std::array<const QWeight*, kMaxFusedExperts> gate{}, up{}, down{};
+  std::array<float, kMaxFusedExperts> w{};
+  const GateUpItems items;
+  const int64_t dim;
+  float* const gu;  // expert i's gate (then h) at 2i * hidden, its up after it
+  float* const ys;  // expert i's down output at i * dim
+  float* const out;
+  std::vector<cpu::PreparedX>& pool;  // pool[i]: expert i's h prepared for down
+  const cpu::PreparedX* xp;           // x prepared for gate / up (default pool[n])
+  std::vector<int64_t> dat;           // the down blocks' bounds
+  std::atomic<int> pending;
+  std::atomic<bool> stopped{false};
+  std::atomic<int> left[kMaxFusedExperts];       // gate / up blocks still running, per expert
   std::atomic<bool> prepared[kMaxFusedExperts];  // expert i's h is prepared (pool[i])
-  for (int i = 0; i < n; ++i) prepared[i].store(false, std::memory_order_relaxed);
-  std::atomic<bool> failed{false};
-  PhaseTimer pt("experts.fused");  // inside the caller's phase (moe.experts)
-  each_item(gu_items + d_items, items.small(n), [&](int64_t b) {
+
+  // gate_shape, down_shape: a gate and a down of the experts' common layout and shape.
+  FusedExperts(const cpu::Kernels& kn, int n_, const QWeight& gate_shape, const QWeight& down_shape, float* out_,
+               int pending_)
+      : k(kn), n(n_), items(n_, gate.data(), up.data(), gate_shape, 4), dim(down_shape.rows),
+        gu(cpu::scratch(4, size_t(2 * n_ * gate_shape.rows))), ys(cpu::scratch(6, size_t(n_ * down_shape.rows))),
+        out(out_), pool(prepared_pool(size_t(n_) + 1)), xp(&pool[size_t(n_)]), pending(pending_) {
+    MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
+    // Down blocks: dblock rows each (at least 64: each is n runs of contiguous rows), or
+    // (guided) shrinking from dblock to 16 rows as the rows run out, so that the region's last
+    // items are short.
+    const int64_t dchunks = 4 * max_chunks_per_thread() * cpu_thread_pool().size();
+    const int64_t dblock = (std::max<int64_t>(64, (dim + dchunks - 1) / dchunks) + 15) / 16 * 16;
+    dat = shrinking_bounds(dim, cpu_thread_pool().size(), 16, guided_down() ? 16 : dblock, dblock);
+    for (int i = 0; i < n; ++i) {
+      left[i].store(int(items.blocks), std::memory_order_relaxed);
+      prepared[i].store(false, std::memory_order_relaxed);
+    }
+  }
+  int64_t count() const { return n * items.blocks + int64_t(dat.size()) - 1; }
+  void arrive() { pending.fetch_sub(1, std::memory_order_acq_rel); }
+  void stop() { stopped.store(true, std::memory_order_release); }
+
+  void run(int64_t b) {
+    const int64_t gu_items = n * items.blocks;
     if (b < gu_items) {
+      while (pending.load(std::memory_order_acquire) > 0) {
+        if (stopped.load(std::memory_order_acquire)) return;
+        cpu_relax();
+      }
       try {
-        const int64_t i = items.run(k, b, px, gu);
+        const int64_t i = items.run(k, b, *xp, gu);
         if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) {  // h_i complete: prepare it here
-          cpu::prepare_for(k, *down[i], gu + 2 * i * items.hidden, &pool[size_t(i)]);
+          cpu::prepare_for(k, *down[size_t(i)], gu + 2 * i * items.hidden, &pool[size_t(i)]);
           prepared[i].store(true, std::memory_order_release);
         }
       } catch (...) {
-        failed.store(true, std::memory_order_release);
+        stop();
         throw;
       }
       return;
@@ -383,16 +401,120 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
       bool ran = false;
       for (int i = 0; i < n; ++i)
         if ((todo >> i & 1) && prepared[i].load(std::memory_order_acquire)) {
-          k.matvec_rows(*down[i], pool[size_t(i)], ys + i * dim, r0, r1);
+          k.matvec_rows(*down[size_t(i)], pool[size_t(i)], ys + i * dim, r0, r1);
           todo &= ~(1u << i), ran = true;
         }
       if (!ran) {
-        if (failed.load(std::memory_order_acquire)) return;
+        if (stopped.load(std::memory_order_acquire)) return;
         cpu_relax();
       }
     }
-    combine_weighted(n, yp, w, out, r0, r1);
+    const float* yp[kMaxFusedExperts];
+    for (int i = 0; i < n; ++i) yp[i] = ys + i * dim;
+    combine_weighted(n, yp, w.data(), out, r0, r1);
+  }
+};
+
+// Whether the merged routing and experts run (route_experts_combined; MOEFLUX_MERGED_ROUTE=0:
+// the router in a region of its own, for A/Bs).
+bool merged_route_on() {
+  static const bool on = env_on("MOEFLUX_MERGED_ROUTE");
+  return on;
+}
+}  // namespace
+
+void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                             const float* x, const float* w, float* out) {
+  MF_ASSERT(n >= 1 && n <= kMaxFusedExperts);
+  for (int i = 0; i < n; ++i) MF_ASSERT(down[i]->rows == down[0]->rows);
+  if (!uniform_experts(n, gate, up, down)) {
+    const int64_t dim = down[0]->rows;
+    float* ys = cpu::scratch(6, size_t(n * dim));
+    const float* yp[kMaxFusedExperts];
+    for (int i = 0; i < n; ++i) yp[i] = ys + i * dim;
+    for (int i = 0; i < n; ++i) swiglu_expert(*gate[i], *up[i], *down[i], x, ys + i * dim);
+    return combine_weighted(n, yp, w, out, 0, dim);
+  }
+  const cpu::Kernels& k = kernels();
+  FusedExperts f(k, n, *gate[0], *down[0], out, 0);
+  std::copy_n(gate, n, f.gate.begin()), std::copy_n(up, n, f.up.begin()), std::copy_n(down, n, f.down.begin());
+  std::copy_n(w, n, f.w.begin());
+  cpu::prepare_for(k, *gate[0], x, &f.pool[size_t(n)]);
+  PhaseTimer pt("experts.fused");  // inside the caller's phase (moe.experts)
+  each_item(f.count(), f.items.small(n), [&](int64_t b) { f.run(b); });
+}
+
+bool merged_route() { return merged_route_on(); }
+
+bool route_experts_combined(const QWeight& router, const float* x, const RouteFn& route, int k,
+                            const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                            int32_t* ids, float* weights, float* out) {
+  MF_ASSERT(k >= 1 && k <= kMaxFusedExperts && router.rows >= k);
+  const cpu::Kernels& kn = kernels();
+  const int64_t E = router.rows;
+  thread_local AlignedVector<float> logits_buf;
+  if (logits_buf.size() < size_t(E)) logits_buf.resize(size_t(E));
+  float* logits = logits_buf.data();
+  cpu::PreparedX& rpx = prepared_x();
+  cpu::prepare_for(kn, router, x, &rpx);
+  // pending 2: the routing and x prepared for gate / up.
+  FusedExperts f(kn, k, *gate[0], *down[0], out, 2);
+  // Router items: blocks of 4-row multiples, about one per thread.
+  const int threads = cpu_thread_pool().size();
+  const int64_t rblock = std::max<int64_t>(4, ((E + threads - 1) / threads + 3) / 4 * 4);
+  const int64_t n_router = (E + rblock - 1) / rblock;
+  std::atomic<int64_t> router_left{n_router};
+  bool fused = false;  // written by the routing item, read after the region
+  // The experts' x: the router's when the layouts agree, else items of 16 quantisation groups
+  // where the kernels prepare x in pieces (Kernels::prepare_groups), else one item.
+  cpu::PreparedX& gpx = f.pool[size_t(k)];
+  const bool shared_x = same_layout(router, *gate[0]);
+  const bool pieces = !shared_x && kn.prepare_layout && kn.prepare_groups && kn.prepare_layout(*gate[0], x, &gpx);
+  const int64_t groups = pieces ? gate[0]->cols / gate[0]->group_size : 1;
+  const int64_t n_units = shared_x ? 0 : pieces ? (groups + 15) / 16 : 1;
+  std::atomic<int64_t> units_left{n_units};
+  std::atomic<bool> nonfinite{false};
+  if (shared_x) f.xp = &rpx, f.arrive();
+  // The routing, on the thread that completes the last router rows: the experts in ascending
+  // id (the order the sum is defined by), fused only when distinct and of one layout.
+  auto choose = [&] {
+    route(logits, ids, weights);
+    std::array<int, kMaxFusedExperts> order;
+    std::iota(order.begin(), order.begin() + k, 0);
+    std::sort(order.begin(), order.begin() + k, [&](int a, int b) { return ids[a] < ids[b]; });
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = ids[order[size_t(j)]];
+      MF_ASSERT(e >= 0 && e < E);
+      if (j > 0 && e == ids[order[size_t(j - 1)]]) return false;
+      f.gate[size_t(j)] = gate[e], f.up[size_t(j)] = up[e], f.down[size_t(j)] = down[e];
+      f.w[size_t(j)] = weights[order[size_t(j)]];
+    }
+    return same_layout(*gate[0], *f.gate[0]) && f.gate[0]->rows == gate[0]->rows &&
+           same_layout(*down[0], *f.down[0]) && f.down[0]->rows == down[0]->rows &&
+           uniform_experts(k, f.gate.data(), f.up.data(), f.down.data());
+  };
+  PhaseTimer pt("experts.routed");  // inside the caller's phase
+  each_item(n_router + n_units + f.count(), f.items.small(k), [&](int64_t b) {
+    if (b >= n_router + n_units) return f.run(b - n_router - n_units);
+    try {
+      if (b < n_router) {
+        kn.matvec_rows(router, rpx, logits, b * rblock, std::min(E, (b + 1) * rblock));
+        if (router_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+        fused = choose();
+        return fused ? f.arrive() : f.stop();
+      }
+      const int64_t u = b - n_router;
+      if (pieces && !kn.prepare_groups(*gate[0], x, u * 16, std::min(groups, (u + 1) * 16), &gpx))
+        nonfinite.store(true, std::memory_order_relaxed);
+      if (units_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+      if (!pieces || nonfinite.load(std::memory_order_relaxed)) cpu::prepare_for(kn, *gate[0], x, &gpx);
+      f.arrive();
+    } catch (...) {
+      f.stop();
+      throw;
+    }
   });
+  return fused;
 }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {

@@ -75,6 +75,24 @@ constexpr int kMaxFusedExperts = 32;  // swiglu_experts_combined's n at most
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                              const float* x, const float* w, float* out);
 
+// A router: logits (router rows) -> ids, weights (k each).
+using RouteFn = std::function<void(const float* logits, int32_t* ids, float* weights)>;
+
+// One token's routing and experts in one parallel region: logits = router x, route(logits,
+// ids, weights) picks k experts, and out (down rows) = sum_j weights[j] * expert ids[j] (x),
+// bit-identical to matvec(router), route, then swiglu_experts_combined over the experts in
+// ascending id. The router's rows come first; the thread that completes their last block runs
+// route, while x is prepared for the experts (in pieces where the kernels can) by other
+// items; the gate / up items wait for both. gate, up, down: every expert's weights, by id (the
+// router's rows of them). Returns false, with ids and weights written but not out, when the
+// choice cannot run fused (a repeated id; experts of another layout than gate[0] / down[0]):
+// the caller then runs them another way. PRECOND: 1 <= k <= kMaxFusedExperts.
+bool route_experts_combined(const QWeight& router, const float* x, const RouteFn& route, int k,
+                            const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                            int32_t* ids, float* weights, float* out);
+// Whether decode routes with route_experts_combined (MOEFLUX_MERGED_ROUTE=0: no, for A/Bs).
+bool merged_route();
+
 // Several experts, each over its own tokens (batched prefill): outs[i] (T[i], down[i].rows)
 // = down_i(silu(gate_i x) * (up_i x)) for x = xs[i] (T[i], gate[i].cols). All experts' gate
 // and up rows run in one parallel region and all down rows in a second, in tasks of a few
