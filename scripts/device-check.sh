@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "optests" (the op tests, OPTESTS filter), "opsbench" (bench_ops, OPSBENCH filter), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "optests" (the op tests, OPTESTS filter), "opsbench" (bench_ops, OPSBENCH filter), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread), "alternate" (bench --alternate $ALT: an A/B of a tuning switch in one process). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -101,6 +101,12 @@ for s in ${DEVICE_STEPS:-stream}; do
           echo "$s0" "$(head -1 /proc/stat)" | awk '{t0=0; for(i=2;i<=11;i++) t0+=$i; t1=0; for(i=13;i<=22;i++) t1+=$i; printf "steal %.1f%%", 100*($20-$9)/(t1-t0)}' | tee -a "$OUT/envab.md"
           echo | tee -a "$OUT/envab.md"
         done
+      done ;;
+    alternate)  # an A/B in one process: bench --alternate $ALT (a tuning switch), $ALT_REPS runs a side (default 10), paired run for run; ALT may name several
+      p=$(cpu_pack)
+      for alt in ${ALT:?set ALT}; do  # several switches: one bench each
+        timeout 400 $W/build/src/moeflux bench -m "$p" ${ALT_BENCH:--p 0 -n 32} -r "${ALT_REPS:-10}" --alternate "$alt" --profile 2>&1 \
+          | grep -v "^measuring" | tee -a "$OUT/alternate.md"
       done ;;
     optests)  # the op tests (test_ops_cpu's sources) built by hand against this build's engine library: the
       # engine-only build has no tests, and the AVX-512 VNNI paths run only here. OPTESTS: a gtest filter.

@@ -6,6 +6,9 @@
 // the FMA peak; both ceilings are measured by this run on the same threads (before and after
 // the tests; the higher value is used). The bytes per token count the weights only: at depth,
 // attention also reads the KV cache (2 x layers x kv heads x head_dim x 4 bytes a position).
+// --alternate NAME measures each test twice per repetition, with the tuning switch NAME
+// (core/tuning_switch.h) as set and flipped, in alternating order: two rows, and the median of
+// the paired runs' ratio, which a noisy machine disturbs less than separate processes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +21,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/tuning_switch.h"
 #include "engine/model_stats.h"
 #include "engine/session.h"
 #include "ops/cpu/ceilings.h"
@@ -32,7 +36,7 @@ struct BenchArgs {
   std::string model;
   int pp = 512, tg = 128, reps = 5, threads = 0, depth = 0;
   bool json = false, profile = false;
-  std::string backend = "cpu";
+  std::string backend = "cpu", alternate;
   StreamArgs stream;
 };
 
@@ -42,6 +46,7 @@ struct Row {
   std::vector<double> samples;     // tokens/s of each measured run, in order (JSON samples_ts)
   double gbs = 0, bw_pct = 0, gflops = 0, fma_pct = 0;
   double seconds = 0;              // measured runs, warm-up excluded
+  double paired_ratio = 0;         // --alternate, the flipped row: median of its t/s over the default's, run by run
   PoolProfile pool;                // --profile: the thread pool over the measured runs
   bool streamed = false;           // expert cache statistics of the measured runs:
   ExpertCacheStats cache;
@@ -53,6 +58,17 @@ std::pair<double, double> mean_sd(const std::vector<double>& v) {
   m /= double(v.size());
   for (double x : v) s += (x - m) * (x - m);
   return {m, v.size() > 1 ? std::sqrt(s / double(v.size() - 1)) : 0.0};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void add_profile(PoolProfile& a, const PoolProfile& b) {
+  a.regions += b.regions, a.region_s += b.region_s, a.busy_s += b.busy_s, a.tail_s += b.tail_s;
+  a.slept += b.slept, a.worker_sleeps += b.worker_sleeps;
 }
 
 std::string num(double v, int prec) {
@@ -78,8 +94,17 @@ Runner register_bench(CLI::App& app) {
   sub->add_flag("--json", a->json, "Print the results as JSON");
   sub->add_flag("--profile", a->profile,
                 "Also report the thread pool's parallel regions per token, how busy the threads were in them and how the caller waited for their last chunks");
+  sub->add_option("--alternate", a->alternate,
+                  "Measure each test also with this tuning switch flipped, the two runs of each repetition in "
+                  "alternating order (an A/B in one process; e.g. MOEFLUX_MERGED_ROUTE)");
   add_stream_options(sub, a->stream, false);
   return [a]() {
+    TuningSwitch* alt = nullptr;
+    if (!a->alternate.empty() && !(alt = TuningSwitch::find(a->alternate))) {
+      std::string all;
+      for (const std::string& n : TuningSwitch::names()) all += (all.empty() ? "" : ", ") + n;
+      fail("--alternate: no tuning switch named ", a->alternate, " (there are: ", all, ")");
+    }
     set_cpu_threads(a->threads);
     const int threads = a->threads > 0 ? a->threads : physical_core_count();
     auto model = load_model_cli(a->model, a->stream);
@@ -118,47 +143,68 @@ Runner register_bench(CLI::App& app) {
     // `prepare` and the depth's prefill run before the clock starts.
     std::vector<int32_t> context(static_cast<size_t>(a->depth));
     const std::string at = a->depth > 0 ? " @ d" + std::to_string(a->depth) : "";
+    // Each repetition runs the test once per variant: the switches as set, then (--alternate)
+    // with alt flipped, the order reversed every other repetition. Rows in variant order.
+    const int n_var = alt ? 2 : 1;
+    const bool alt_default = alt && alt->on();
     auto measure = [&](const std::string& name, int tokens, auto&& prepare, auto&& run) {
-      Row row;
-      row.test = name + at;
-      std::vector<double> tps;
-      for (int r = -1; r < a->reps; ++r) {
-        prepare();
-        s.reset();
-        if (!context.empty()) {
-          for (auto& t : context) t = tok(rng);
-          s.forward(context, {.all_logits = false});
+      std::vector<Row> vrows(static_cast<size_t>(n_var));
+      std::vector<std::vector<double>> tps(static_cast<size_t>(n_var));
+      for (int v = 0; v < n_var; ++v)
+        vrows[size_t(v)].test = name + at + (v == 1 ? std::string(" ") + alt->name() + "=" + (alt_default ? "0" : "1") : "");
+      for (int r = -1; r < a->reps; ++r)
+        for (int i = 0; i < n_var; ++i) {
+          const int v = r % 2 != 0 ? n_var - 1 - i : i;
+          if (alt) alt->set(v == 0 ? alt_default : !alt_default);
+          prepare();
+          s.reset();
+          if (!context.empty()) {
+            for (auto& t : context) t = tok(rng);
+            s.forward(context, {.all_logits = false});
+          }
+          if (i == 0) stats_from(r);
+          if (r >= 0 && a->profile) ThreadPool::reset_profile(), ThreadPool::set_profiling(true);
+          const auto t0 = Clock::now();
+          run();
+          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (r < 0) continue;
+          Row& row = vrows[size_t(v)];
+          tps[size_t(v)].push_back(double(tokens) / sec), row.seconds += sec;
+          if (a->profile) add_profile(row.pool, ThreadPool::profile()), ThreadPool::set_profiling(false);
         }
-        stats_from(r);
-        if (r == 0 && a->profile) ThreadPool::reset_profile(), ThreadPool::set_profiling(true);
-        const auto t0 = Clock::now();
-        run();
-        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (r >= 0) tps.push_back(double(tokens) / sec), row.seconds += sec;
+      if (alt) alt->set(alt_default);
+      for (int v = 0; v < n_var; ++v) {
+        Row& row = vrows[size_t(v)];
+        stats_into(row);  // with --alternate, the cache statistics cover both variants' runs
+        std::tie(row.mean, row.sd) = mean_sd(tps[size_t(v)]);
+        row.samples = tps[size_t(v)];
       }
-      stats_into(row);
-      if (a->profile) row.pool = ThreadPool::profile(), ThreadPool::set_profiling(false);
-      std::tie(row.mean, row.sd) = mean_sd(tps);
-      row.samples = std::move(tps);
-      return row;
+      if (alt) {
+        std::vector<double> ratio;
+        for (size_t r = 0; r < tps[0].size(); ++r) ratio.push_back(tps[1][r] / tps[0][r]);
+        vrows[1].paired_ratio = median(ratio);
+      }
+      return vrows;
     };
     if (a->pp > 0) {
       std::vector<int32_t> ids(static_cast<size_t>(a->pp));
-      Row row = measure(
-          "pp" + std::to_string(a->pp), a->pp, [&] { for (auto& t : ids) t = tok(rng); },
-          [&] { s.forward(ids, {.all_logits = false}); });
-      row.gflops = row.mean * 2.0 * double(ms.params_per_token) / 1e9;
-      rows.push_back(row);
+      for (Row& row : measure(
+               "pp" + std::to_string(a->pp), a->pp, [&] { for (auto& t : ids) t = tok(rng); },
+               [&] { s.forward(ids, {.all_logits = false}); })) {
+        row.gflops = row.mean * 2.0 * double(ms.params_per_token) / 1e9;
+        rows.push_back(row);
+      }
     }
     if (a->tg > 0) {
-      Row row = measure("tg" + std::to_string(a->tg), a->tg, [] {}, [&] {
-        for (int i = 0; i < a->tg; ++i) {
-          const int32_t id = tok(rng);
-          s.forward(std::span<const int32_t>(&id, 1), {.all_logits = false});
-        }
-      });
-      row.gbs = row.mean * double(ms.bytes_per_token) / 1e9;
-      rows.push_back(row);
+      for (Row& row : measure("tg" + std::to_string(a->tg), a->tg, [] {}, [&] {
+             for (int i = 0; i < a->tg; ++i) {
+               const int32_t id = tok(rng);
+               s.forward(std::span<const int32_t>(&id, 1), {.all_logits = false});
+             }
+           })) {
+        row.gbs = row.mean * double(ms.bytes_per_token) / 1e9;
+        rows.push_back(row);
+      }
     }
     bw = std::max(bw, bench::read_bandwidth_gbs(read_buf, threads));
     fma = std::max(fma, bench::fma_peak_gflops(threads));
@@ -182,6 +228,7 @@ Runner register_bench(CLI::App& app) {
         nlohmann::ordered_json t = {{"test", r.test}, {"tps_mean", r.mean}, {"tps_sd", r.sd}, {"gbs", r.gbs},
                                     {"read_bw_pct", r.bw_pct}, {"gflops", r.gflops}, {"fma_pct", r.fma_pct},
                                     {"samples_ts", r.samples}};
+        if (alt && r.paired_ratio > 0) t["paired_ratio_median"] = r.paired_ratio;
         if (r.streamed) {
           t["expert_cache"] = stream_stats_json(r.cache, cache->options());
           t["stall_pct"] = r.seconds > 0 ? 100.0 * r.cache.stall_s / r.seconds : 0.0;
@@ -201,6 +248,12 @@ Runner register_bench(CLI::App& app) {
                   tg ? human_bytes(double(ms.bytes_per_token)).c_str() : "",
                   tg ? num(r.gbs, 2).c_str() : "", tg ? num(r.bw_pct, 1).c_str() : "",
                   tg ? "" : num(r.gflops, 1).c_str(), tg ? "" : num(r.fma_pct, 1).c_str());
+    }
+    if (alt) {
+      std::printf("\npaired runs (--alternate %s, as set: %s):", alt->name(), alt_default ? "on" : "off");
+      for (const auto& r : rows)
+        if (r.paired_ratio > 0) std::printf(" %s / as set: median ratio %.4f over %zu pairs;", r.test.c_str(), r.paired_ratio, r.samples.size());
+      std::printf("\n");
     }
     if (a->profile) {
       std::printf("\n| test | parallel regions / token | us / region | %% of time in regions | threads busy %% of region time "

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -122,6 +123,39 @@ TEST(BenchCli, TableAndJson) {
   EXPECT_EQ(rc, 0);
   EXPECT_NE(prof.find("parallel regions / token"), std::string::npos) << prof;
   EXPECT_NE(prof.find("regions the caller slept in"), std::string::npos) << prof;
+}
+
+// --alternate: each test also with a tuning switch flipped, run for run; the flipped row carries
+// the median of the paired runs' ratio (within the spread of its own runs' ratios).
+TEST(BenchCli, AlternateMeasuresBothSidesOfASwitch) {
+  int rc = 0;
+  const std::string json = run("bench -m " + kDemo + " -p 8 -n 4 -r 3 --alternate MOEFLUX_MERGED_ROUTE --json 2>/dev/null", &rc);
+  EXPECT_EQ(rc, 0) << json;
+  auto j = nlohmann::json::parse(json.substr(std::min(json.find('{'), json.size())), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << json;
+  ASSERT_EQ(j["tests"].size(), 4u) << json;
+  EXPECT_EQ(j["tests"][0]["test"].get<std::string>(), "pp8");
+  EXPECT_EQ(j["tests"][1]["test"].get<std::string>(), "pp8 MOEFLUX_MERGED_ROUTE=0");
+  EXPECT_EQ(j["tests"][3]["test"].get<std::string>(), "tg4 MOEFLUX_MERGED_ROUTE=0");
+  for (int i : {1, 3}) {
+    const auto& base = j["tests"][i - 1]["samples_ts"], &flip = j["tests"][i]["samples_ts"];
+    ASSERT_EQ(base.size(), 3u);
+    ASSERT_EQ(flip.size(), 3u);
+    std::vector<double> ratio;
+    for (size_t r = 0; r < 3; ++r) ratio.push_back(flip[r].get<double>() / base[r].get<double>());
+    std::sort(ratio.begin(), ratio.end());
+    EXPECT_DOUBLE_EQ(j["tests"][i]["paired_ratio_median"].get<double>(), ratio[1]) << json;
+    EXPECT_FALSE(j["tests"][i - 1].contains("paired_ratio_median"));
+  }
+  const std::string table = run("bench -m " + kDemo + " -p 0 -n 2 -r 1 --alternate MOEFLUX_GUIDED 2>/dev/null", &rc);
+  EXPECT_EQ(rc, 0) << table;
+  EXPECT_NE(table.find("| tg2 MOEFLUX_GUIDED=0 |"), std::string::npos) << table;
+  EXPECT_NE(table.find("median ratio"), std::string::npos) << table;
+  // An unknown switch is refused before the model loads, naming the ones there are.
+  const std::string bad = run("bench -m " + kDemo + " --alternate MOEFLUX_NO_SUCH 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(bad.find("no tuning switch named MOEFLUX_NO_SUCH"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("MOEFLUX_MERGED_ATTN_O"), std::string::npos) << bad;
 }
 
 // A child in a pseudo-terminal, read until a pattern shows up.

@@ -17,21 +17,18 @@
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "core/thread_pool.h"
+#include "core/tuning_switch.h"
 #include "ops/cpu/kernels.h"
 #include "ops/ref/ref.h"
 
 namespace moeflux {
 
 namespace {
-// Tuning switches, read by their callers once: a positive integer (else def), and a switch on
-// unless set to "0".
+// Tuning numbers, read by their callers once: a positive integer, else def. (On / off choices
+// are TuningSwitch objects: core/tuning_switch.h.)
 int64_t env_positive(const char* name, int64_t def) {
   const char* e = std::getenv(name);
   return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : def;
-}
-bool env_on(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::string(e) == "0");
 }
 
 // Weight bytes below which one thread runs (MOEFLUX_PARALLEL_MIN_KB overrides; tuning).
@@ -88,10 +85,8 @@ int64_t row_grain(int64_t rows, int64_t row_work, int threads, int64_t m) {
   return (g + m - 1) / m * m;
 }
 
-bool guided_rows() {
-  static const bool on = env_on("MOEFLUX_GUIDED");
-  return on;
-}
+TuningSwitch guided_rows_switch("MOEFLUX_GUIDED");
+bool guided_rows() { return guided_rows_switch.on(); }
 
 template <typename F>
 void for_rows(int64_t rows, int64_t row_work, int64_t m, F&& fn) {
@@ -322,10 +317,8 @@ namespace {
 // 48 layers, 43.49 / 47.87 / 46.15 t/s against 41.16 / 44.75 / 44.36 with fixed 64-row blocks
 // (caller's wait 6-9 against 12-13 us a region; docs/benchmarks.md, issue 8 twelfth pass).
 // MOEFLUX_GUIDED_DOWN=0 keeps the fixed blocks.
-bool guided_down() {
-  static const bool on = env_on("MOEFLUX_GUIDED_DOWN");
-  return on;
-}
+TuningSwitch guided_down_switch("MOEFLUX_GUIDED_DOWN");
+bool guided_down() { return guided_down_switch.on(); }
 
 // Decode's fused experts (swiglu_experts_combined, route_experts_combined) as the items of one
 // parallel region: n * blocks gate / up items, then blocks of output rows, each running every
@@ -415,12 +408,9 @@ struct FusedExperts {
   }
 };
 
-// Whether the merged routing and experts run (route_experts_combined; MOEFLUX_MERGED_ROUTE=0:
+// Whether decode routes inside the experts' region (route_experts_combined; MOEFLUX_MERGED_ROUTE=0:
 // the router in a region of its own, for A/Bs).
-bool merged_route_on() {
-  static const bool on = env_on("MOEFLUX_MERGED_ROUTE");
-  return on;
-}
+TuningSwitch merged_route_switch("MOEFLUX_MERGED_ROUTE");
 }  // namespace
 
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
@@ -444,7 +434,7 @@ void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* c
   each_item(f.count(), f.items.small(n), [&](int64_t b) { f.run(b); });
 }
 
-bool merged_route() { return merged_route_on(); }
+bool merged_route() { return merged_route_switch.on(); }
 
 bool route_experts_combined(const QWeight& router, const float* x, const RouteFn& route, int k,
                             const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
@@ -697,10 +687,12 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t T,
   });
 }
 
-bool merged_attention_o() {
-  static const bool on = env_on("MOEFLUX_MERGED_ATTN_O");
-  return on;
-}
+namespace {
+// attention_project's merged region (MOEFLUX_MERGED_ATTN_O=0: attention, then matvec) and its
+// att prepared in pieces.
+TuningSwitch merged_attention_o_switch("MOEFLUX_MERGED_ATTN_O");
+TuningSwitch att_pieces_switch("MOEFLUX_ATT_PIECES");  // 0: att prepared for wo in one unit
+}  // namespace
 
 void attention_project(const float* q, const float* k, const float* v, int64_t len0, int64_t window, int64_t n_heads,
                        int64_t n_kv_heads, int64_t head_dim, float scale, const float* gate, float* att,
@@ -710,7 +702,7 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
   const CausalItems items(q, k, v, 1, len0, window, n_heads, n_kv_heads, head_dim, head_dim, scale, att);
   ThreadPool& pool = cpu_thread_pool();
   const int64_t rb = int64_t(wo.row_bytes());
-  if (!merged_attention_o() || pool.size() == 1 || wo.rows * rb < parallel_min_bytes()) {
+  if (!merged_attention_o_switch.on() || pool.size() == 1 || wo.rows * rb < parallel_min_bytes()) {
     attention_causal(q, k, v, 1, len0, window, n_heads, n_kv_heads, head_dim, head_dim, scale, att);
     if (gate) sigmoid_gate(gate, att, n_heads * head_dim);
     return matvec(wo, att, out);
@@ -726,8 +718,7 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
   // last columns prepares that unit, so that no thread prepares all of att while the rest wait
   // (7.6 us a layer on the Xeon, the o rows' start; docs/benchmarks.md, twenty-fifth pass).
   // Otherwise one unit: the item that finishes att prepares it whole.
-  static const bool pieces_on = env_on("MOEFLUX_ATT_PIECES");  // 0: one unit (A/B switch)
-  const bool pieces = pieces_on && kn.prepare_layout && kn.prepare_groups && kn.prepare_layout(wo, att, &px);
+  const bool pieces = att_pieces_switch.on() && kn.prepare_layout && kn.prepare_groups && kn.prepare_layout(wo, att, &px);
   const int64_t ucols = pieces ? 16 * wo.group_size : wo.cols, n_units = (wo.cols + ucols - 1) / ucols;
   std::vector<std::atomic<int64_t>> cols_left(static_cast<size_t>(n_units));  // per unit: att columns not yet written
   for (int64_t u = 0; u < n_units; ++u) cols_left[size_t(u)].store(std::min(ucols, wo.cols - u * ucols), std::memory_order_relaxed);

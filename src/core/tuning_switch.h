@@ -1,0 +1,35 @@
+// Tuning switches: on / off choices between two code paths that give the same results, kept
+// so that the faster can be measured again on another machine. Each is on unless its
+// environment variable is "0" at start-up. `moeflux bench --alternate NAME` flips one between
+// the runs of one process, so that both paths are measured in pairs on a noisy machine.
+#pragma once
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace moeflux {
+
+class TuningSwitch {
+ public:
+  // Registers the switch under env_name (a string literal) and reads the environment. For
+  // objects of static storage duration only.
+  explicit TuningSwitch(const char* env_name);
+  TuningSwitch(const TuningSwitch&) = delete;
+  TuningSwitch& operator=(const TuningSwitch&) = delete;
+
+  bool on() const { return on_.load(std::memory_order_relaxed); }
+  // Not while ops run: an op may read a switch more than once.
+  void set(bool on) { on_.store(on, std::memory_order_relaxed); }
+  const char* name() const { return name_; }
+
+  // The switch named `name`, or null.
+  static TuningSwitch* find(const std::string& name);
+  // Every switch's name, sorted.
+  static std::vector<std::string> names();
+
+ private:
+  const char* name_;
+  std::atomic<bool> on_;
+};
+
+}  // namespace moeflux
