@@ -46,7 +46,7 @@ struct Row {
   std::vector<double> samples;     // tokens/s of each measured run, in order (JSON samples_ts)
   double gbs = 0, bw_pct = 0, gflops = 0, fma_pct = 0;
   double seconds = 0;              // measured runs, warm-up excluded
-  double paired_ratio = 0;         // --alternate, the flipped row: median of its t/s over the default's, run by run
+  std::vector<double> ratios;      // --alternate, the flipped row: its t/s over the default's, run by run
   PoolProfile pool;                // --profile: the thread pool over the measured runs
   bool streamed = false;           // expert cache statistics of the measured runs:
   ExpertCacheStats cache;
@@ -60,10 +60,13 @@ std::pair<double, double> mean_sd(const std::vector<double>& v) {
   return {m, v.size() > 1 ? std::sqrt(s / double(v.size() - 1)) : 0.0};
 }
 
-double median(std::vector<double> v) {
+// The q-quantile of v (0 < q < 1), interpolated between order statistics.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  const double at = q * double(v.size() - 1);
+  const size_t i = size_t(at);
+  return i + 1 < v.size() ? v[i] + (at - double(i)) * (v[i + 1] - v[i]) : v[i];
 }
 
 void add_profile(PoolProfile& a, const PoolProfile& b) {
@@ -179,11 +182,8 @@ Runner register_bench(CLI::App& app) {
         std::tie(row.mean, row.sd) = mean_sd(tps[size_t(v)]);
         row.samples = tps[size_t(v)];
       }
-      if (alt) {
-        std::vector<double> ratio;
-        for (size_t r = 0; r < tps[0].size(); ++r) ratio.push_back(tps[1][r] / tps[0][r]);
-        vrows[1].paired_ratio = median(ratio);
-      }
+      if (alt)
+        for (size_t r = 0; r < tps[0].size(); ++r) vrows[1].ratios.push_back(tps[1][r] / tps[0][r]);
       return vrows;
     };
     if (a->pp > 0) {
@@ -228,7 +228,7 @@ Runner register_bench(CLI::App& app) {
         nlohmann::ordered_json t = {{"test", r.test}, {"tps_mean", r.mean}, {"tps_sd", r.sd}, {"gbs", r.gbs},
                                     {"read_bw_pct", r.bw_pct}, {"gflops", r.gflops}, {"fma_pct", r.fma_pct},
                                     {"samples_ts", r.samples}};
-        if (alt && r.paired_ratio > 0) t["paired_ratio_median"] = r.paired_ratio;
+        if (!r.ratios.empty()) t["paired_ratios"] = r.ratios, t["paired_ratio_median"] = quantile(r.ratios, 0.5);
         if (r.streamed) {
           t["expert_cache"] = stream_stats_json(r.cache, cache->options());
           t["stall_pct"] = r.seconds > 0 ? 100.0 * r.cache.stall_s / r.seconds : 0.0;
@@ -251,9 +251,14 @@ Runner register_bench(CLI::App& app) {
     }
     if (alt) {
       std::printf("\npaired runs (--alternate %s, as set: %s):", alt->name(), alt_default ? "on" : "off");
-      for (const auto& r : rows)
-        if (r.paired_ratio > 0) std::printf(" %s / as set: median ratio %.4f over %zu pairs;", r.test.c_str(), r.paired_ratio, r.samples.size());
       std::printf("\n");
+      for (const auto& r : rows) {
+        if (r.ratios.empty()) continue;
+        const auto faster = std::count_if(r.ratios.begin(), r.ratios.end(), [](double x) { return x > 1.0; });
+        std::printf("- %s / as set: median ratio %.4f, quartiles %.4f / %.4f; faster in %zd of %zu pairs\n", r.test.c_str(),
+                    quantile(r.ratios, 0.5), quantile(r.ratios, 0.25), quantile(r.ratios, 0.75), ssize_t(faster),
+                    r.ratios.size());
+      }
     }
     if (a->profile) {
       std::printf("\n| test | parallel regions / token | us / region | %% of time in regions | threads busy %% of region time "

@@ -143,9 +143,11 @@ TEST(BenchCli, AlternateMeasuresBothSidesOfASwitch) {
     ASSERT_EQ(flip.size(), 3u);
     std::vector<double> ratio;
     for (size_t r = 0; r < 3; ++r) ratio.push_back(flip[r].get<double>() / base[r].get<double>());
+    EXPECT_EQ(j["tests"][i]["paired_ratios"].get<std::vector<double>>(), ratio) << json;
     std::sort(ratio.begin(), ratio.end());
     EXPECT_DOUBLE_EQ(j["tests"][i]["paired_ratio_median"].get<double>(), ratio[1]) << json;
     EXPECT_FALSE(j["tests"][i - 1].contains("paired_ratio_median"));
+    EXPECT_FALSE(j["tests"][i - 1].contains("paired_ratios"));
   }
   const std::string table = run("bench -m " + kDemo + " -p 0 -n 2 -r 1 --alternate MOEFLUX_GUIDED 2>/dev/null", &rc);
   EXPECT_EQ(rc, 0) << table;
