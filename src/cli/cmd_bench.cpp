@@ -6,9 +6,9 @@
 // the FMA peak; both ceilings are measured by this run on the same threads (before and after
 // the tests; the higher value is used). The bytes per token count the weights only: at depth,
 // attention also reads the KV cache (2 x layers x kv heads x head_dim x 4 bytes a position).
-// --alternate NAME measures each test twice per repetition, with the tuning switch NAME
-// (core/tuning_switch.h) as set and flipped, in alternating order: two rows, and the median of
-// the paired runs' ratio, which a noisy machine disturbs less than separate processes.
+// --alternate NAME measures each test with the tuning switch NAME (core/tuning_switch.h) as set
+// and flipped, in alternation (decode token by token, prefill run by run): two rows, and the
+// paired steps' ratios, which a noisy machine disturbs less than runs in separate processes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -146,19 +146,22 @@ Runner register_bench(CLI::App& app) {
     // `prepare` and the depth's prefill run before the clock starts.
     std::vector<int32_t> context(static_cast<size_t>(a->depth));
     const std::string at = a->depth > 0 ? " @ d" + std::to_string(a->depth) : "";
-    // Each repetition runs the test once per variant: the switches as set, then (--alternate)
-    // with alt flipped, the order reversed every other repetition. Rows in variant order.
+    // A test is `steps` timed steps of step_tokens tokens each (prefill: one step; decode: a step
+    // a token). With --alternate the two variants (the switch as set, then flipped) alternate:
+    // decode token by token within each run, in pairs whose order alternates (noise on the scale
+    // of a run disturbs both sides of a pair alike); prefill run by run, the order reversed every
+    // other repetition. Rows in variant order.
     const int n_var = alt ? 2 : 1;
     const bool alt_default = alt && alt->on();
-    auto measure = [&](const std::string& name, int tokens, auto&& prepare, auto&& run) {
+    auto measure = [&](const std::string& name, int step_tokens, int steps, auto&& prepare, auto&& step) {
       std::vector<Row> vrows(static_cast<size_t>(n_var));
       std::vector<std::vector<double>> tps(static_cast<size_t>(n_var));
       for (int v = 0; v < n_var; ++v)
         vrows[size_t(v)].test = name + at + (v == 1 ? std::string(" ") + alt->name() + "=" + (alt_default ? "0" : "1") : "");
+      const bool per_step = alt && steps >= 2;
+      const int runs = alt && !per_step ? 2 : 1;  // per repetition
       for (int r = -1; r < a->reps; ++r)
-        for (int i = 0; i < n_var; ++i) {
-          const int v = r % 2 != 0 ? n_var - 1 - i : i;
-          if (alt) alt->set(v == 0 ? alt_default : !alt_default);
+        for (int i = 0; i < runs; ++i) {
           prepare();
           s.reset();
           if (!context.empty()) {
@@ -166,14 +169,23 @@ Runner register_bench(CLI::App& app) {
             s.forward(context, {.all_logits = false});
           }
           if (i == 0) stats_from(r);
-          if (r >= 0 && a->profile) ThreadPool::reset_profile(), ThreadPool::set_profiling(true);
-          const auto t0 = Clock::now();
-          run();
-          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+          double sec[2] = {0, 0}, pair[2] = {0, 0};
+          int64_t done[2] = {0, 0};
+          for (int k = 0; k < steps; ++k) {
+            const int v = per_step ? (k % 2) ^ (k / 2 % 2) : r % 2 != 0 ? runs - 1 - i : i;
+            if (alt) alt->set(v == 0 ? alt_default : !alt_default);
+            const bool prof = r >= 0 && a->profile;
+            if (prof) ThreadPool::reset_profile(), ThreadPool::set_profiling(true);
+            const auto t0 = Clock::now();
+            step(k);
+            const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+            if (prof) add_profile(vrows[size_t(v)].pool, ThreadPool::profile()), ThreadPool::set_profiling(false);
+            sec[v] += dt, done[v] += step_tokens, pair[v] = dt;
+            if (per_step && k % 2 == 1 && r >= 0) vrows[1].ratios.push_back(pair[0] / pair[1]);  // flipped's speed / default's
+          }
           if (r < 0) continue;
-          Row& row = vrows[size_t(v)];
-          tps[size_t(v)].push_back(double(tokens) / sec), row.seconds += sec;
-          if (a->profile) add_profile(row.pool, ThreadPool::profile()), ThreadPool::set_profiling(false);
+          for (int v = 0; v < n_var; ++v)
+            if (done[v] > 0) tps[size_t(v)].push_back(double(done[v]) / sec[v]), vrows[size_t(v)].seconds += sec[v];
         }
       if (alt) alt->set(alt_default);
       for (int v = 0; v < n_var; ++v) {
@@ -182,25 +194,23 @@ Runner register_bench(CLI::App& app) {
         std::tie(row.mean, row.sd) = mean_sd(tps[size_t(v)]);
         row.samples = tps[size_t(v)];
       }
-      if (alt)
+      if (alt && !per_step)
         for (size_t r = 0; r < tps[0].size(); ++r) vrows[1].ratios.push_back(tps[1][r] / tps[0][r]);
       return vrows;
     };
     if (a->pp > 0) {
       std::vector<int32_t> ids(static_cast<size_t>(a->pp));
       for (Row& row : measure(
-               "pp" + std::to_string(a->pp), a->pp, [&] { for (auto& t : ids) t = tok(rng); },
-               [&] { s.forward(ids, {.all_logits = false}); })) {
+               "pp" + std::to_string(a->pp), a->pp, 1, [&] { for (auto& t : ids) t = tok(rng); },
+               [&](int) { s.forward(ids, {.all_logits = false}); })) {
         row.gflops = row.mean * 2.0 * double(ms.params_per_token) / 1e9;
         rows.push_back(row);
       }
     }
     if (a->tg > 0) {
-      for (Row& row : measure("tg" + std::to_string(a->tg), a->tg, [] {}, [&] {
-             for (int i = 0; i < a->tg; ++i) {
-               const int32_t id = tok(rng);
-               s.forward(std::span<const int32_t>(&id, 1), {.all_logits = false});
-             }
+      for (Row& row : measure("tg" + std::to_string(a->tg), 1, a->tg, [] {}, [&](int) {
+             const int32_t id = tok(rng);
+             s.forward(std::span<const int32_t>(&id, 1), {.all_logits = false});
            })) {
         row.gbs = row.mean * double(ms.bytes_per_token) / 1e9;
         rows.push_back(row);
@@ -250,7 +260,8 @@ Runner register_bench(CLI::App& app) {
                   tg ? "" : num(r.gflops, 1).c_str(), tg ? "" : num(r.fma_pct, 1).c_str());
     }
     if (alt) {
-      std::printf("\npaired runs (--alternate %s, as set: %s):", alt->name(), alt_default ? "on" : "off");
+      std::printf("\npaired (--alternate %s, as set: %s; decode token by token, prefill run by run):", alt->name(),
+                  alt_default ? "on" : "off");
       std::printf("\n");
       for (const auto& r : rows) {
         if (r.ratios.empty()) continue;
