@@ -161,5 +161,29 @@ TEST(OpsCpu, RoutedExpertsReturnTheRoutingWhenNotFused) {
   set_cpu_threads(0);
 }
 
+// The router without allocations gives route_softmax_topk_ref's ids and bits: random logits,
+// logits with many ties (the order then falls to the lower id), every k up to the fast path's
+// limit and past it, and more experts than the fast path holds.
+TEST(OpsCpu, RouteSoftmaxTopkMatchesTheReference) {
+  struct Case { int64_t n, k; bool ties; };
+  int cases = 0;
+  for (const Case c : {Case{128, 8, false}, Case{128, 8, true}, Case{16, 1, false}, Case{16, 16, true}, Case{512, 10, false},
+                       Case{512, 64, true}, Case{128, 65, false}, Case{1500, 8, true}, Case{3, 0, false}})
+    for (bool renorm : {false, true})
+      for (uint32_t seed = 0; seed < 4; ++seed) {
+        auto logits = test::randn(size_t(c.n), 800 + seed);
+        if (c.ties)
+          for (float& x : logits) x = std::round(x * 2.0f);  // a handful of distinct values
+        std::vector<int32_t> want_ids(size_t(c.k)), got_ids(size_t(c.k), -1);
+        std::vector<float> want_w(size_t(c.k)), got_w(size_t(c.k), NAN);
+        route_softmax_topk_ref(logits.data(), c.n, c.k, renorm, want_ids.data(), want_w.data());
+        route_softmax_topk(logits.data(), c.n, c.k, renorm, got_ids.data(), got_w.data());
+        EXPECT_EQ(got_ids, want_ids) << "n " << c.n << " k " << c.k << " ties " << c.ties << " seed " << seed;
+        EXPECT_EQ(got_w, want_w) << "n " << c.n << " k " << c.k << " ties " << c.ties << " seed " << seed;
+        ++cases;
+      }
+  EXPECT_EQ(cases, 9 * 2 * 4);
+}
+
 }  // namespace
 }  // namespace moeflux

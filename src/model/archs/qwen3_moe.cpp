@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/archs/archs.h"
 #include "model/archs/common.h"
+#include "ops/cpu/cpu_ops.h"
 #include "ops/ref/ref.h"
 
 namespace moeflux {
@@ -33,7 +34,7 @@ void build_qwen3_moe(Model& m, const WeightLoader& w) {
     else
       layer.ffn = load_moe(w, p + ".mlp", "gate", n_experts, k, moe_hidden,
                            [n_experts, k, renorm](const float* logits, int32_t* ids, float* wts) {
-                             route_softmax_topk_ref(logits, n_experts, k, renorm, ids, wts);
+                             route_softmax_topk(logits, n_experts, k, renorm, ids, wts);
                            });
     m.layers.push_back(std::move(layer));
   }

@@ -75,6 +75,12 @@ constexpr int kMaxFusedExperts = 32;  // swiglu_experts_combined's n at most
 void swiglu_experts_combined(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                              const float* x, const float* w, float* out);
 
+// route_softmax_topk_ref's results (the same ids and bits, for finite logits) without its
+// allocations and sort: softmax over the n experts, the k best in its order, optionally
+// renormalised. The decode router of qwen3_moe and the hybrids.
+void route_softmax_topk(const float* logits, int64_t n_experts, int64_t k, bool renorm, int32_t* ids,
+                        float* weights);
+
 // A router: logits (router rows) -> ids, weights (k each).
 using RouteFn = std::function<void(const float* logits, int32_t* ids, float* weights)>;
 
