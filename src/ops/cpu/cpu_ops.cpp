@@ -315,8 +315,9 @@ void combine_weighted(int n, const float* const* ys, const float* w, float* out,
 namespace {
 // Fused decode experts' down blocks shrink toward the region's end: on the Xeon, 16 threads,
 // 48 layers, 43.49 / 47.87 / 46.15 t/s against 41.16 / 44.75 / 44.36 with fixed 64-row blocks
-// (caller's wait 6-9 against 12-13 us a region; docs/benchmarks.md, issue 8 twelfth pass).
-// MOEFLUX_GUIDED_DOWN=0 keeps the fixed blocks.
+// (caller's wait 6-9 against 12-13 us a region; docs/benchmarks.md, issue 8 twelfth pass: whole
+// processes in turn). Paired token by token in one process (bench --alternate, thirtieth pass)
+// the two measured the same (median ratio 0.9987). MOEFLUX_GUIDED_DOWN=0 keeps the fixed blocks.
 TuningSwitch guided_down_switch("MOEFLUX_GUIDED_DOWN");
 bool guided_down() { return guided_down_switch.on(); }
 
