@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "optests" (the op tests, OPTESTS filter), "opsbench" (bench_ops, OPSBENCH filter), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread), "tgperf" (the same for decode), "alternate" (bench --alternate $ALT: an A/B of a tuning switch in one process), "table" (bench -p 128 -n 32 -r 5, TABLE_RUNS times). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "optests" (the op tests, OPTESTS filter), "opsbench" (bench_ops, OPSBENCH filter), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread), "alternate" (bench --alternate $ALT: an A/B of a tuning switch in one process), "table" (bench -p 128 -n 32 -r 5, TABLE_RUNS times). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -81,11 +81,6 @@ for s in ${DEVICE_STEPS:-stream}; do
       command -v perf >/dev/null || { echo "perf: not installed" | tee "$OUT/ppperf.txt"; continue; }
       timeout 150 perf record -F 999 -o $W/pp.data $mf bench -m "$p" -p 128 -n 0 -r 3 --profile 2>&1 | grep -E "pp128" | tee "$OUT/ppperf.txt"
       perf report -i $W/pp.data --stdio -s pid,symbol 2>/dev/null | grep '%' | head -80 >>"$OUT/ppperf.txt" ;;
-    tgperf)  # where decode's time goes per thread (perf; the main thread's serial steps stand out)
-      p=$(cpu_pack) mf=$W/build/src/moeflux
-      command -v perf >/dev/null || { echo "perf: not installed" | tee "$OUT/tgperf.txt"; continue; }
-      timeout 150 perf record -F 1999 -o $W/tg.data $mf bench -m "$p" -p 0 -n 64 -r 3 2>&1 | grep -E "tg64" | tee "$OUT/tgperf.txt"
-      perf report -i $W/tg.data --stdio -s pid,symbol 2>/dev/null | grep '%' | head -100 >>"$OUT/tgperf.txt" ;;
     envab)  # A/B of environment settings, alternating rounds (ROUNDS, default 3): VARIANTS="a=X=1 b=X=0"; BENCH: the bench's tests (default "-p 0 -n 32 -r 3")
       p=$(cpu_pack) mf=$W/build/src/moeflux
       read -r -a vs <<<"${VARIANTS:?set VARIANTS}"

@@ -69,11 +69,6 @@ double quantile(std::vector<double> v, double q) {
   return i + 1 < v.size() ? v[i] + (at - double(i)) * (v[i + 1] - v[i]) : v[i];
 }
 
-void add_profile(PoolProfile& a, const PoolProfile& b) {
-  a.regions += b.regions, a.region_s += b.region_s, a.busy_s += b.busy_s, a.tail_s += b.tail_s;
-  a.slept += b.slept, a.worker_sleeps += b.worker_sleeps;
-}
-
 std::string num(double v, int prec) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.*f", prec, v);
@@ -179,7 +174,7 @@ Runner register_bench(CLI::App& app) {
             const auto t0 = Clock::now();
             step(k);
             const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-            if (prof) add_profile(vrows[size_t(v)].pool, ThreadPool::profile()), ThreadPool::set_profiling(false);
+            if (prof) vrows[size_t(v)].pool += ThreadPool::profile(), ThreadPool::set_profiling(false);
             sec[v] += dt, done[v] += step_tokens, pair[v] = dt;
             if (per_step && k % 2 == 1 && r >= 0) vrows[1].ratios.push_back(pair[0] / pair[1]);  // flipped's speed / default's
           }

@@ -23,6 +23,12 @@ struct PoolProfile {
   double tail_s = 0;       // the caller, from its last chunk to the region's end
   uint64_t slept = 0;      // regions whose caller outwaited its spin and slept on the workers
   uint64_t worker_sleeps = 0;  // times a worker outwaited its spin between jobs and slept
+
+  PoolProfile& operator+=(const PoolProfile& o) {
+    regions += o.regions, region_s += o.region_s, busy_s += o.busy_s, tail_s += o.tail_s;
+    slept += o.slept, worker_sleeps += o.worker_sleeps;
+    return *this;
+  }
 };
 
 class ThreadPool {

@@ -1,6 +1,5 @@
 // route_softmax_topk: the reference router's results without its allocations and sort.
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
@@ -14,13 +13,9 @@ void route_softmax_topk(const float* logits, int64_t n_experts, int64_t k, bool 
   constexpr int64_t kMaxExperts = 1024, kMaxK = 64;
   if (n_experts > kMaxExperts || k > kMaxK) return route_softmax_topk_ref(logits, n_experts, k, renorm, ids, weights);
   if (k == 0) return;
-  // The softmax as softmax_ref computes it: the max, exp(x - max) summed in order, the division.
-  float p[kMaxExperts];
-  float m = logits[0];
-  for (int64_t i = 1; i < n_experts; ++i) m = std::max(m, logits[i]);
-  float s = 0.0f;
-  for (int64_t i = 0; i < n_experts; ++i) s += (p[i] = std::exp(logits[i] - m));
-  for (int64_t i = 0; i < n_experts; ++i) p[i] /= s;
+  float p[kMaxExperts];  // the reference's softmax, on the stack
+  std::copy_n(logits, n_experts, p);
+  softmax_ref(p, n_experts);
   // The k best by topk_ref's order (higher p first, then lower id), kept sorted by insertion.
   auto better = [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
   int64_t count = 0;
