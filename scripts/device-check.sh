@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the engine-only moeflux (Release) into build-device/cpu, then run the
 # steps named in $DEVICE_STEPS: "stream" (scripts/device-stream.sh) and/or "cpu"
-# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "optests" (the op tests, OPTESTS filter), "opsbench" (bench_ops, OPSBENCH filter), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread), "alternate" (bench --alternate $ALT: an A/B of a tuning switch in one process), "table" (bench -p 128 -n 32 -r 5, TABLE_RUNS times). Outputs under $OUT.
+# (scripts/device-bench-cpu.sh), "ops" (bench_ops' expert shapes), "phases", "ab", "rows" (resident vs --mmap, 4-row vs 1-row matvec), "fused" (fused experts and the pool's poll), "isa" (integer vs float dots), "cpuinfo" (lscpu, siblings, flags), "optests" (the op tests, OPTESTS filter), "opsbench" (bench_ops, OPSBENCH filter), "ladder" (read-rate probes from a bare loop to decode regions), "envab" (A/B of environment settings: VARIANTS="name=VAR=1,VAR2=0 name2=THREADS=15 name3=BIN=base" ..., BIN=NAME: the tree in carry/NAME), "stream16", "thp" (huge pages of a resident bench), "ppperf" (perf of a prefill per thread), "alternate" (bench --alternate $ALT: an A/B of a tuning switch in one process; an entry "VAR=x,VAR2=y+NAME" sets VARs for its bench), "table" (bench -p 128 -n 32 -r 5, TABLE_RUNS times). Outputs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -110,8 +110,11 @@ for s in ${DEVICE_STEPS:-stream}; do
       done ;;
     alternate)  # an A/B in one process: bench --alternate $ALT (a tuning switch), $ALT_REPS runs a side (default 10), paired run for run; ALT may name several
       p=$(cpu_pack)
-      for alt in ${ALT:?set ALT}; do  # several switches: one bench each
-        timeout 400 $W/build/src/moeflux bench -m "$p" ${ALT_BENCH:--p 0 -n 32} -r "${ALT_REPS:-10}" --alternate "$alt" --profile 2>&1 \
+      for alt in ${ALT:?set ALT}; do  # several switches: one bench each; "VAR=1,VAR2=x+NAME" sets VARs for that bench
+        envs=(); name=$alt
+        if [[ $alt == *+* ]]; then IFS=, read -ra envs <<<"${alt%%+*}"; name=${alt#*+}; fi
+        echo "== ${envs[*]} --alternate $name" | tee -a "$OUT/alternate.md"
+        timeout 400 env "${envs[@]}" $W/build/src/moeflux bench -m "$p" ${ALT_BENCH:--p 0 -n 32} -r "${ALT_REPS:-10}" --alternate "$name" --profile 2>&1 \
           | grep -v "^measuring" | tee -a "$OUT/alternate.md"
       done ;;
     optests)  # the op tests (test_ops_cpu's sources) built by hand against this build's engine library: the

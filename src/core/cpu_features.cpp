@@ -17,6 +17,7 @@
 #include <cpuid.h>
 
 #include "core/error.h"
+#include "core/tuning_switch.h"
 
 namespace moeflux {
 
@@ -98,14 +99,22 @@ bool cpu_is_amd() {
   return amd;
 }
 
-int64_t matvec_codes_ahead() {
-  static const int64_t bytes = [] {
-    const char* e = std::getenv("MOEFLUX_CODES_AHEAD");
-    if (e && *e) return std::max<int64_t>(0, std::atoll(e));
-    return cpu_is_amd() ? int64_t(2048) : int64_t(4096);
-  }();
-  return bytes;
+namespace {
+int64_t env_count(const char* name, int64_t fallback) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::max<int64_t>(0, std::atoll(e)) : fallback;
 }
+TuningSwitch row_spread_switch("MOEFLUX_MATVEC_SPREAD");
+}  // namespace
+
+namespace detail {
+TuningSwitch codes_distance_switch("MOEFLUX_CODES_DISTANCE");
+TuningSwitch params_distance_switch("MOEFLUX_PARAMS_DISTANCE");
+const int64_t codes_ahead_set = env_count("MOEFLUX_CODES_AHEAD", cpu_is_amd() ? 2048 : 1536);
+const int64_t codes_ahead_alt = env_count("MOEFLUX_CODES_AHEAD_ALT", 4096);
+const int64_t params_ahead_set = env_count("MOEFLUX_PARAMS_AHEAD", cpu_is_amd() ? 16 : 2);
+const int64_t params_ahead_alt = env_count("MOEFLUX_PARAMS_AHEAD_ALT", 16);
+}  // namespace detail
 
 int matvec_row_streams(bool group_lanes) {
   const bool amd = cpu_is_amd();
@@ -115,18 +124,8 @@ int matvec_row_streams(bool group_lanes) {
   return group_lanes || amd ? 4 : 1;
 }
 
-namespace {
-std::atomic<bool>& row_spread() {
-  static std::atomic<bool> on{[] {
-    const char* env = std::getenv("MOEFLUX_MATVEC_SPREAD");
-    return !(env && std::string(env) == "0");
-  }()};
-  return on;
-}
-}  // namespace
-
-bool matvec_row_spread() { return row_spread().load(std::memory_order_relaxed); }
-void set_matvec_row_spread(bool on) { row_spread().store(on, std::memory_order_relaxed); }
+bool matvec_row_spread() { return row_spread_switch.on(); }
+void set_matvec_row_spread(bool on) { row_spread_switch.set(on); }
 
 void set_matvec_row_streams(int rows) {
   if (rows != 0 && rows != 1 && rows != 4) fail("matvec row streams: ", rows, " (expected 1 or 4, or 0: the default)");

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string_view>
 
+#include "core/tuning_switch.h"
+
 namespace moeflux {
 
 // Ordered: each level implies the ones below it.
@@ -41,14 +43,34 @@ int matvec_row_streams(bool group_lanes = false);
 // Sets it for both (1 or 4; tests, benchmarks), or back to the default (0). Raises Error on
 // another value.
 void set_matvec_row_streams(int rows);
+namespace detail {
+// The prefetch distances, set at start-up (the environment, the CPU's vendor), and the tuning
+// switches that pick between them (for paired A/Bs: moeflux bench --alternate): read inline,
+// in the kernels' row loops.
+extern TuningSwitch codes_distance_switch, params_distance_switch;
+extern const int64_t codes_ahead_set, codes_ahead_alt, params_ahead_set, params_ahead_alt;
+}  // namespace detail
+
 // Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: 2 KiB on AMD
-// CPUs, 4 KiB elsewhere (docs/benchmarks.md, fourteenth pass: the dev Zen 5 decoded 40.6-41.2
-// t/s at 2 KiB against 35.2-37.5 at 4 KiB; the Xeon 43.6 / 50.9 at 4 KiB against 38.6 / 40.4
-// without and 39.8 / 40.7 at 12 KiB). $MOEFLUX_CODES_AHEAD (bytes, read once) overrides.
-int64_t matvec_codes_ahead();
+// CPUs (docs/benchmarks.md, fourteenth pass: the dev Zen 5 decoded 40.6-41.2 t/s at 2 KiB
+// against 35.2-37.5 at 4 KiB), 1.5 KiB elsewhere (thirty-first pass, paired A/Bs of Xeon
+// decode: 0.75-2 KiB alike, 4 KiB 2-3% slower, 8 KiB 5% slower). $MOEFLUX_CODES_AHEAD (bytes,
+// read at start-up) overrides; the tuning switch MOEFLUX_CODES_DISTANCE=0 takes
+// $MOEFLUX_CODES_AHEAD_ALT (default 4096) instead. (The AVX2 kernels prefetch 2 KiB ahead.)
+inline int64_t matvec_codes_ahead() {
+  return detail::codes_distance_switch.on() ? detail::codes_ahead_set : detail::codes_ahead_alt;
+}
+// Rows ahead whose scales and biases the matvecs prefetch (ops/cpu/kernels.h): 16 on AMD
+// CPUs, 2 elsewhere (thirty-first pass: on the Xeon 0-2 rows alike, 4 ~0.5% slower, 16 ~2%).
+// $MOEFLUX_PARAMS_AHEAD overrides; MOEFLUX_PARAMS_DISTANCE=0 takes $MOEFLUX_PARAMS_AHEAD_ALT
+// (default 16).
+inline int64_t matvec_params_ahead() {
+  return detail::params_distance_switch.on() ? detail::params_ahead_set : detail::params_ahead_alt;
+}
 // Whether those four rows may be spread over a range (four sequential streams instead of four
-// adjacent rows; ops/cpu/avx512_util.h, for_row_blocks). Default on; $MOEFLUX_MATVEC_SPREAD=0
-// turns it off. Bit-identical either way.
+// adjacent rows; ops/cpu/avx512_util.h, for_row_blocks). Default on; the tuning switch
+// MOEFLUX_MATVEC_SPREAD=0 turns it off (thirty-first pass: 3% slower on the Xeon).
+// Bit-identical either way.
 bool matvec_row_spread();
 void set_matvec_row_spread(bool on);
 

@@ -13,6 +13,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/tuning_switch.h"
 #include "ops/cpu/ceilings.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/kernels.h"
@@ -227,6 +228,42 @@ TEST(OpsCpu, MatvecRowStreamsAreBitIdentical) {
   set_matvec_row_spread(prev_spread);
   set_cpu_threads(0);
   EXPECT_THROW(set_matvec_row_streams(2), Error);
+}
+
+// The prefetch distances' tuning switches (bench --alternate MOEFLUX_CODES_DISTANCE /
+// _PARAMS_DISTANCE) move the code prefetch to its other distance and change no bit of a
+// matvec, at every ISA; so does the row spread's.
+TEST(OpsCpu, PrefetchDistanceSwitchesChangeSpeedOnly) {
+  TuningSwitch* codes = TuningSwitch::find("MOEFLUX_CODES_DISTANCE");
+  TuningSwitch* params = TuningSwitch::find("MOEFLUX_PARAMS_DISTANCE");
+  TuningSwitch* spread = TuningSwitch::find("MOEFLUX_MATVEC_SPREAD");
+  ASSERT_TRUE(codes && params && spread);
+  const bool c0 = codes->on(), p0 = params->on(), s0 = spread->on();
+  codes->set(true);
+  const int64_t set_ahead = matvec_codes_ahead();
+  codes->set(false);
+  if (!std::getenv("MOEFLUX_CODES_AHEAD") && !std::getenv("MOEFLUX_CODES_AHEAD_ALT")) {
+    EXPECT_NE(matvec_codes_ahead(), set_ahead);  // defaults: 1.5 or 2 KiB, and 4 KiB
+  }
+  uint32_t seed = 950;
+  for (int bits : {4, 8}) {
+    const auto o = test::random_affine(513, 2048, bits, 64, DType::BF16, seed++);
+    const auto x = test::randn(2048, seed++);
+    for (CpuIsa isa : test::cpu_isas_available()) {
+      ScopedCpuIsa scoped(isa);
+      std::vector<float> ref(513, NAN);
+      codes->set(true), params->set(true), spread->set(true);
+      matvec(o.w, x.data(), ref.data());
+      for (int flips = 1; flips < 8; ++flips) {
+        codes->set(!(flips & 1)), params->set(!(flips & 2)), spread->set(!(flips & 4));
+        std::vector<float> y(513, NAN);
+        matvec(o.w, x.data(), y.data());
+        EXPECT_EQ(std::memcmp(ref.data(), y.data(), y.size() * sizeof(float)), 0)
+            << o.name() << " isa " << cpu_isa_name(isa) << " flips " << flips;
+      }
+    }
+  }
+  codes->set(c0), params->set(p0), spread->set(s0);
 }
 
 // Rel L2 of one matvec at level `isa` against the reference at the Qwen3-30B-A3B expert shape

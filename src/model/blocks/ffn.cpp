@@ -10,6 +10,7 @@
 
 #include "core/phase_timer.h"
 #include "core/thread_pool.h"
+#include "core/tuning_switch.h"
 #include "model/blocks/batch_buffers.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/group_lanes.h"
@@ -48,17 +49,19 @@ SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to, bool lan
   return SwiGlu{rebased(s.gate, from, to, lanes), rebased(s.up, from, to, lanes), rebased(s.down, from, to, lanes)};
 }
 
-// Decode runs experts and combine fused (swiglu_experts_combined) on 8 threads or more:
-// measured +9% on the 16-thread Xeon, -10-20% on the 2-thread dev VM, where region hand-offs
-// are cheap and the fused down blocks' short runs stream worse (docs/benchmarks.md, sixth
-// pass; the cut at 8 lies between the two machines). MOEFLUX_FUSED_EXPERTS=0 / 1 forces it;
-// both give the same bits.
+// Decode runs experts and combine fused (swiglu_experts_combined) on 8 threads or more. Paired
+// A/Bs (docs/benchmarks.md, thirty-first pass): fused is ~1.5% faster on the 16-thread Xeon
+// and ~3.7% slower on the 2-thread dev VM, where region hand-offs are cheap and the fused down
+// blocks' short runs stream worse; the cut at 8 lies between the two machines. MOEFLUX_FUSED_EXPERTS=0 / 1 forces it;
+// both give the same bits. The tuning switch MOEFLUX_FUSED_BY_THREADS=0 takes the other side of
+// the cut (for paired A/Bs: moeflux bench --alternate).
+TuningSwitch fused_by_threads_switch("MOEFLUX_FUSED_BY_THREADS");
 bool fused_experts() {
   static const int forced = [] {
     const char* e = std::getenv("MOEFLUX_FUSED_EXPERTS");
     return e && *e ? (std::string(e) == "0" ? 0 : 1) : -1;
   }();
-  return forced >= 0 ? forced == 1 : cpu_threads() >= 8;
+  return forced >= 0 ? forced == 1 : (cpu_threads() >= 8) == fused_by_threads_switch.on();
 }
 
 // The calling thread's batch buffers (model/blocks/batch_buffers.h): the experts' outputs and

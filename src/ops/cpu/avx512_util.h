@@ -109,11 +109,8 @@ inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& blo
 // Spread rows (stride > 1) each run on through the rows after them: codes_ahead() itself.
 // kCodesAhead: the single-row float loop's distance (kernels_avx512.cpp).
 constexpr int64_t kCodesAhead = 4096;
-// matvec_codes_ahead() (core/cpu_features.h: 2 KiB on AMD, 4 KiB elsewhere), read once.
-inline int64_t codes_ahead() {
-  static const int64_t v = matvec_codes_ahead();
-  return v;
-}
+// matvec_codes_ahead() (core/cpu_features.h: 2 KiB on AMD, 1.5 KiB elsewhere).
+inline int64_t codes_ahead() { return matvec_codes_ahead(); }
 inline int64_t prefetch_distance(int64_t row_bytes, int R, int64_t stride) {
   const int64_t ahead = codes_ahead();
   if (stride > 1 || ahead == 0) return ahead;
@@ -142,7 +139,7 @@ inline __m512 row_scales_bias(const QWeight& w, int64_t r, int64_t sbytes, const
 }
 
 // The start of a block of R affine rows r + i * stride: the scales and biases of the rows
-// kParamsAhead further on in each row's stream prefetched (+5-11% decode on the dev VM,
+// params_ahead() further on in each row's stream prefetched (+5-11% decode on the dev VM,
 // kernels.h), then per row its scales (times dx) into sb at i * sn, its bias terms into
 // bias[i] (unreduced lanes; the callers add them after the codes' sums, which then stay in
 // registers) and its codes' address into q[i]. Returns sn, the floats of sb per row.
@@ -151,9 +148,9 @@ inline int64_t start_rows(const QWeight& w, int64_t r, int64_t stride, const flo
                           __m512* bias, const uint32_t** q) {
   const int64_t ng = w.cols / w.group_size, sn = ng + 2 * L, words = w.cols * w.bits / 32;
   const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
-  if (stride == 1) prefetch_row_params(w, r + kParamsAhead, R, size_t(sbytes));
+  if (stride == 1) prefetch_row_params(w, r + params_ahead(), R, size_t(sbytes));
   else
-    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + kParamsAhead, 1, size_t(sbytes));
+    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + params_ahead(), 1, size_t(sbytes));
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     bias[i] = row_scales_bias<S>(w, r + i * stride, sbytes, gsum, dx, sb + i * sn);

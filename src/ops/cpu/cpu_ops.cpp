@@ -317,7 +317,9 @@ namespace {
 // 48 layers, 43.49 / 47.87 / 46.15 t/s against 41.16 / 44.75 / 44.36 with fixed 64-row blocks
 // (caller's wait 6-9 against 12-13 us a region; docs/benchmarks.md, issue 8 twelfth pass: whole
 // processes in turn). Paired token by token in one process (bench --alternate, thirtieth pass)
-// the two measured the same (median ratio 0.9987). MOEFLUX_GUIDED_DOWN=0 keeps the fixed blocks.
+// the two measured the same (median ratio 0.9987); with the shorter prefetch distances of the
+// thirty-first pass the fixed blocks were ~1.3% slower (0.9870, faster in 111 of 320 pairs).
+// MOEFLUX_GUIDED_DOWN=0 keeps the fixed blocks.
 TuningSwitch guided_down_switch("MOEFLUX_GUIDED_DOWN");
 bool guided_down() { return guided_down_switch.on(); }
 
