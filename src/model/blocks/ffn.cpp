@@ -52,9 +52,10 @@ SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to, bool lan
 // Decode runs experts and combine fused (swiglu_experts_combined) on 8 threads or more. Paired
 // A/Bs (docs/benchmarks.md, thirty-first pass): fused is ~1.5% faster on the 16-thread Xeon
 // and ~3.7% slower on the 2-thread dev VM, where region hand-offs are cheap and the fused down
-// blocks' short runs stream worse; the cut at 8 lies between the two machines. MOEFLUX_FUSED_EXPERTS=0 / 1 forces it;
-// both give the same bits. The tuning switch MOEFLUX_FUSED_BY_THREADS=0 takes the other side of
-// the cut (for paired A/Bs: moeflux bench --alternate).
+// blocks' short runs stream worse; the cut at 8 lies between the two machines.
+// MOEFLUX_FUSED_EXPERTS=0 / 1 forces it; both give the same bits. The tuning switch
+// MOEFLUX_FUSED_BY_THREADS=0 takes the other side of the cut (for paired A/Bs: moeflux bench
+// --alternate).
 TuningSwitch fused_by_threads_switch("MOEFLUX_FUSED_BY_THREADS");
 bool fused_experts() {
   static const int forced = [] {
