@@ -102,17 +102,15 @@ inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& blo
 }
 
 // Bytes ahead of each row's code reads that the affine matvec prefetches: whole blocks of R
-// rows ahead, at least codes_ahead(). Rows of a block are read side by side, so a distance
+// rows ahead, at least matvec_codes_ahead(). Rows of a block are read side by side, so a distance
 // shorter than the block lands in rows of the same block, which are being read already: with
 // 4 KiB, 4096-column rows (2 KiB each) were half unprefetched (attn_o in bench_ops: 1 thread
 // 21 -> 30 GB/s, 2 threads 36 -> 50 GB/s on the dev VM with whole blocks).
-// Spread rows (stride > 1) each run on through the rows after them: codes_ahead() itself.
+// Spread rows (stride > 1) each run on through the rows after them: matvec_codes_ahead() itself.
 // kCodesAhead: the single-row float loop's distance (kernels_avx512.cpp).
 constexpr int64_t kCodesAhead = 4096;
-// matvec_codes_ahead() (core/cpu_features.h: 2 KiB on AMD, 1.5 KiB elsewhere).
-inline int64_t codes_ahead() { return matvec_codes_ahead(); }
 inline int64_t prefetch_distance(int64_t row_bytes, int R, int64_t stride) {
-  const int64_t ahead = codes_ahead();
+  const int64_t ahead = matvec_codes_ahead();
   if (stride > 1 || ahead == 0) return ahead;
   const int64_t block = row_bytes * R;
   return (ahead + block - 1) / block * block;
@@ -139,7 +137,7 @@ inline __m512 row_scales_bias(const QWeight& w, int64_t r, int64_t sbytes, const
 }
 
 // The start of a block of R affine rows r + i * stride: the scales and biases of the rows
-// params_ahead() further on in each row's stream prefetched (+5-11% decode on the dev VM,
+// matvec_params_ahead() further on in each row's stream prefetched (+5-11% decode on the dev VM,
 // kernels.h), then per row its scales (times dx) into sb at i * sn, its bias terms into
 // bias[i] (unreduced lanes; the callers add them after the codes' sums, which then stay in
 // registers) and its codes' address into q[i]. Returns sn, the floats of sb per row.
@@ -148,9 +146,9 @@ inline int64_t start_rows(const QWeight& w, int64_t r, int64_t stride, const flo
                           __m512* bias, const uint32_t** q) {
   const int64_t ng = w.cols / w.group_size, sn = ng + 2 * L, words = w.cols * w.bits / 32;
   const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
-  if (stride == 1) prefetch_row_params(w, r + params_ahead(), R, size_t(sbytes));
+  if (stride == 1) prefetch_row_params(w, r + matvec_params_ahead(), R, size_t(sbytes));
   else
-    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + params_ahead(), 1, size_t(sbytes));
+    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + matvec_params_ahead(), 1, size_t(sbytes));
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     bias[i] = row_scales_bias<S>(w, r + i * stride, sbytes, gsum, dx, sb + i * sn);

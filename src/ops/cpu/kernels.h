@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/aligned.h"
-#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "ops/group_lanes.h"
 #include "ops/qweight.h"
@@ -165,12 +164,11 @@ bool attend_avx512(const float* q, int64_t nh, const float* k, const float* v, i
 inline size_t decode_params_size(const QWeight& w) { return size_t(w.cols / std::max<int64_t>(1, w.group_size) + 32); }
 
 // Prefetches the scales and biases of affine rows r .. r + n - 1 (addresses only: a row past
-// the end is harmless). The matvecs call it for the rows params_ahead() ahead
-// (matvec_params_ahead(), core/cpu_features.h): on the Zen 5 dev VM the short per-row runs of
+// the end is harmless). The matvecs call it for the rows matvec_params_ahead() ahead
+// (core/cpu_features.h): on the Zen 5 dev VM the short per-row runs of
 // those two arrays were not fetched in time by the hardware prefetchers (the AVX2 kernel,
 // compute-bound there, did not gain: 42.7 / 43.3 vs 43.0 / 47.1 t/s); on the Xeon a shorter
 // distance is faster.
-inline int64_t params_ahead() { return matvec_params_ahead(); }
 inline void prefetch_row_params(const QWeight& w, int64_t r, int64_t n, size_t row_bytes) {
   const uintptr_t at = uintptr_t(r) * row_bytes, end = at + uintptr_t(n) * row_bytes;
   for (uintptr_t off = at; off < end; off += 64) {

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/cpu/exp_poly.h"
@@ -592,7 +593,7 @@ void lanes_rows_full(const QWeight& w, const PreparedX& px, float* y, int64_t r0
   const float *dx = px.dx.data(), *gsum = px.gsum.data();
   __m256 pacc = _mm256_setzero_ps(), pbacc = pacc;  // the previous row's, not yet reduced
   for (int64_t r = r0; r < r1; ++r) {
-    prefetch_row_params(w, r + params_ahead(), 1, size_t(pb));
+    prefetch_row_params(w, r + matvec_params_ahead(), 1, size_t(pb));
     const uint8_t* row = w.data + r * rb;
     const uint8_t *sp = w.scales + r * pb, *bp = w.biases + r * pb;
     __m256 acc = _mm256_setzero_ps(), bacc = _mm256_setzero_ps();
@@ -629,7 +630,7 @@ void lanes_rows_half(const QWeight& w, const PreparedX& px, float* y, int64_t r0
   const int16_t* const xs[2] = {px.xw.data(), px.xw.data()};
   int64_t r = r0;
   for (; r + 2 <= r1; r += 2) {
-    prefetch_row_params(w, r + params_ahead(), 2, size_t(pb));
+    prefetch_row_params(w, r + matvec_params_ahead(), 2, size_t(pb));
     const uint8_t* row = w.data + r * rb;
     for (int64_t o = 0; o < 2 * rb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(row + o) + 2048, _MM_HINT_T0);
     const uint8_t* const ps[2] = {row, row + rb};
@@ -653,17 +654,17 @@ void lanes_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int
   if (ng >= 5 && ng <= 8) return lanes_rows_half<S, WG>(w, px, y, r0, r1);
   if ((tail >= 1 && tail <= 4) || (tail >= 9 && tail <= 12)) {
     for (; r + 4 <= r1; r += 4) {
-      prefetch_row_params(w, r + params_ahead(), 4, pb);
+      prefetch_row_params(w, r + matvec_params_ahead(), 4, pb);
       lanes_block_dot<S, WG, 4>(w, px, r, y);
     }
     for (; r + 2 <= r1; r += 2) {
-      prefetch_row_params(w, r + params_ahead(), 2, pb);
+      prefetch_row_params(w, r + matvec_params_ahead(), 2, pb);
       lanes_block_dot<S, WG, 2>(w, px, r, y);
     }
   }
   if ((tail == 0 || tail == 8) && r < r1) return lanes_rows_full<S, WG>(w, px, y, r, r1);
   for (; r < r1; ++r) {
-    prefetch_row_params(w, r + params_ahead(), 1, pb);
+    prefetch_row_params(w, r + matvec_params_ahead(), 1, pb);
     y[r] = lanes_row_dot<S, WG>(w, px, r);
   }
 }
@@ -681,7 +682,7 @@ template <int BITS, DType S, int CPG>
 void words_rows(const QWeight& w, const PreparedX& px, float* y, int64_t r0, int64_t r1) {
   const size_t pb = size_t(w.cols / w.group_size * kParamBytes<S>);  // bytes of scales per row
   for (int64_t r = r0; r < r1; ++r) {
-    prefetch_row_params(w, r + params_ahead(), 1, pb);
+    prefetch_row_params(w, r + matvec_params_ahead(), 1, pb);
     y[r] = words_row_dot<BITS, S, CPG>(w, px, r);
   }
 }
