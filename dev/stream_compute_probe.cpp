@@ -1,10 +1,10 @@
-// Probe (throwaway, issue 8 nineteenth pass): does a streaming loop's rate from DRAM fall with
+// Stream-compute probe (a developer tool; needs AVX-512 VNNI to run): does a streaming loop's rate from DRAM fall with
 // the vector work per 64-byte line (a sum of memory time and compute time), and what does a
 // software prefetch do to it? Each thread streams its own slice of a 2 GiB buffer (2 MiB
 // pages), one sequential stream; per line: a load, then W dependent-free vpdpbusd (0: a plain
 // add), and optionally a prefetch D bytes ahead (T0 or T1). Prints the median GB/s of 5 passes.
-// Build: g++ -O2 -std=c++20 -mavx512f -mavx512bw -mavx512vnni probe.cpp -lpthread -o probe
-// Run: ./probe THREADS [SLICE_KIB REPEATS] (with a slice: each thread streams its own small
+// Built as build/dev/stream_compute_probe (scripts/device-check.sh's `ladder` step builds it by hand).
+// Run: stream_compute_probe THREADS [SLICE_KIB REPEATS] (with a slice: each thread streams its own small
 // slice REPEATS times, from cache: the loop's compute-bound rate)
 #include <immintrin.h>
 #include <sys/mman.h>

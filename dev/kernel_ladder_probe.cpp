@@ -1,4 +1,4 @@
-// Kernel ladder probe (throwaway, issue 8 nineteenth pass; copy to ladder.cpp to build): where
+// Kernel ladder probe (a developer tool; needs AVX-512 VNNI to run): where
 // between a bare streaming loop and the engine's decode regions the read rate is lost. One
 // 2 MiB-page arena holds a 4-bit group-lane weight of 2048 columns (codes, then bf16 scales and
 // biases: 1152 bytes a row, ~1.8 GB in all, far beyond the caches). Modes, each on THREADS threads:
@@ -13,7 +13,7 @@
 //   decode  matvec() over consecutive 5120-row views (5.9 MB, a layer's q/k/v), region after
 //           region, as a decode runs them.
 //   decodeprep  decode without the x prepare per region (x prepared once; the engine's guided
-//           chunks, parallel_for_guided, at least 32 rows) [twenty-eighth pass];
+//           chunks, parallel_for_guided, at least 32 rows);
 //   decodeslab  the same in one slab of rows per thread;
 //   decodeshuf  decode with the views in a scattered order (no region continues the last one's stream);
 //   persist the views in one parallel region: guided chunks per view, a spin barrier between views.
@@ -23,8 +23,8 @@
 //   decodeshared / decoderot / decodepriv  decodeprep with x prepared per region: into one shared px,
 //           into 32 px in turn, or by each thread into its own.
 // Prints the median and best GB/s (codes + scales + biases; codes only for loop) of 5 passes.
-// Build: g++ -O2 -std=c++20 -Isrc ladder.cpp build/src/libmoeflux_core.a -lpthread -lz -o ladder
-// Run: ./ladder THREADS MODE [CHUNK_KIB]   (MOEFLUX_* settings apply to the engine's modes)
+// Built as build/dev/kernel_ladder_probe (scripts/device-check.sh's `ladder` step builds it by hand).
+// Run: kernel_ladder_probe THREADS MODE [CHUNK_KIB]   (MOEFLUX_* settings apply to the engine's modes)
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     } else if (mode == "decodeprep" || mode == "decodeslab") {
       // decode's regions without the per-region x prepare (x prepared once): guided chunks as
       // the engine's (at least 32 rows, multiples of 4) or one slab per thread. VIEW_ROWS sets
-      // the view's rows (default 5120; twenty-ninth pass: the rate against a region's size).
+      // the view's rows (default 5120: the rate against a region's size).
       const int64_t n = std::getenv("VIEW_ROWS") ? std::max(64, std::atoi(std::getenv("VIEW_ROWS"))) : 5120;
       ThreadPool& pool = cpu_thread_pool();
       const auto t0 = std::chrono::steady_clock::now();
@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
       s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       b = double(rows / n * n) * double(code_b + 2 * par_b);
     } else if (mode == "decodeman" || mode == "decodepf") {
-      // [twenty-ninth pass] decode's regions (one pool region per view, x prepared once) with the
+      // decode's regions (one pool region per view, x prepared once) with the
       // guided chunks claimed by hand; decodepf: a thread that finds no chunk left prefetches the
       // NEXT view's lines (codes, scales, biases; 4 KiB of codes a claim from a shared cursor) until
       // every thread has run out of chunks. PF_HINT=0/1/2 (T0/T1/T2, default 1); PF_ORDER=chunks:
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
       s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       b = double(views * n) * double(code_b + 2 * par_b);
     } else if (mode == "decodeown") {
-      // [twenty-ninth pass] decodeman with each thread's first chunk its own: chunk t < T of every
+      // decodeman with each thread's first chunk its own: chunk t < T of every
       // view goes to the thread with id t (ids fixed per OS thread) unless another thread runs out
       // of chunks first and takes it; a thread out of chunks prefetches ITS chunk of the next view
       // into its own caches while some thread still works (PF_HINT as above; PF_MAX_KB caps it per thread, 0: no prefetch).
@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
       s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       b = double(views * n) * double(code_b + 2 * par_b);
     } else if (mode == "decodeshared" || mode == "decoderot" || mode == "decodepriv") {
-      // [twenty-ninth pass] decodeprep with x prepared again for every region: by the caller into
+      // decodeprep with x prepared again for every region: by the caller into
       // one shared px (decodeshared: what matvec does), by the caller into one of 32 px in turn
       // (decoderot: no line of it is cached by the other cores when it is written), or by every
       // thread into its own px as its first step in the region (decodepriv). x itself is rewritten
