@@ -130,11 +130,9 @@ for s in ${DEVICE_STEPS:-stream}; do
       timeout 240 "$W/bench_ops" --benchmark_filter="${OPSBENCH:-Matvec}" --benchmark_min_time=0.2s --benchmark_repetitions=3 \
           --benchmark_report_aggregates_only=true 2>&1 | grep -E "median|ERROR" | tee -a "$OUT/opsbench.txt" ;;
     ladder)  # where the decode's read rate goes: a bare loop with the kernel's vector work, the engine's kernel on
-      # per-thread slices, in chunks, in one region, in decode-sized regions (docs/measurements/*-probe-2026-12-04.cpp.txt)
-      cp docs/measurements/stream-compute-probe-2026-12-04.cpp.txt "$W/scprobe.cpp"
-      cp docs/measurements/kernel-ladder-probe-2026-12-04.cpp.txt "$W/ladder.cpp"
-      g++ -O2 -std=c++20 -mavx512f -mavx512bw -mavx512vnni "$W/scprobe.cpp" -lpthread -o "$W/scprobe" || exit 1
-      g++ -O2 -std=c++20 -Isrc "$W/ladder.cpp" "$W/build/src/libmoeflux_core.a" -lpthread -lz -o "$W/ladder" || exit 1
+      # per-thread slices, in chunks, in one region, in decode-sized regions (dev/*_probe.cpp)
+      g++ -O2 -std=c++20 -mavx512f -mavx512bw -mavx512vnni dev/stream_compute_probe.cpp -lpthread -o "$W/scprobe" || exit 1
+      g++ -O2 -std=c++20 -Isrc dev/kernel_ladder_probe.cpp "$W/build/src/libmoeflux_core.a" -lpthread -lz -o "$W/ladder" || exit 1
       timeout 120 "$W/scprobe" "${THREADS:-16}" | grep -v "round 0" | tee -a "$OUT/ladder.md"
       for round in 1 2; do
         for m in loop slices "chunks 64" "chunks 256" region decode hot; do timeout 60 "$W/ladder" "${THREADS:-16}" $m | tee -a "$OUT/ladder.md"; done

@@ -136,7 +136,7 @@ std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrid, HybridTest,
-                         ::testing::Values("qwen3_next", "qwen3_next/q4", "qwen3_5_moe_text", "qwen3_5_moe_text/q4"),
+                         ::testing::Values("qwen3_next/q4", "qwen3_5_moe_text", "qwen3_5_moe_text/q4"),
                          name_of);
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "engine/session.h"
 #include "format/pack_store.h"
@@ -32,7 +33,15 @@ TEST_P(PackRoundTrip, LogitsMatchGolden) {
   auto model = load_model(pack);
   Session s(*model);
   EXPECT_LE(test::rel_l2(s.forward(g.i32.at("input_ids")), g.f32.at("logits")), kTol);
-  auto gl = test::load_golden(test::fixture_dir(GetParam().fixture) + "/golden_long.safetensors");
+  // golden_long ships with every quantised form (q4, fp8) and deepseek_v3's bf16 one only; a
+  // quantised form without it is a lost file, not a skip.
+  const std::string long_path = test::fixture_dir(GetParam().fixture) + "/golden_long.safetensors";
+  const bool has_long = std::filesystem::exists(long_path);
+  if (std::strchr(GetParam().fixture, '/')) {
+    ASSERT_TRUE(has_long) << long_path;
+  }
+  if (!has_long) return;
+  auto gl = test::load_golden(long_path);
   s.reset();
   EXPECT_LE(test::rel_l2(s.forward(gl.i32.at("input_ids")), gl.f32.at("logits")), kTol);
 }
@@ -112,8 +121,7 @@ INSTANTIATE_TEST_SUITE_P(Mixtral, PackRoundTrip,
                          ::testing::Values(Case{"mixtral/q4", ""}, Case{"mixtral", "--bits 16 --expert-bits 16"}),
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Hybrid, PackRoundTrip,
-                         ::testing::Values(Case{"qwen3_next/q4", ""}, Case{"qwen3_next", "--bits 16 --expert-bits 16"},
-                                           Case{"qwen3_5_moe_text/q4", ""},
+                         ::testing::Values(Case{"qwen3_next/q4", ""}, Case{"qwen3_5_moe_text/q4", ""},
                                            Case{"qwen3_5_moe_text", "--bits 16 --expert-bits 16"}),
                          case_name);
 INSTANTIATE_TEST_SUITE_P(DeepseekV3, PackRoundTrip,
@@ -138,7 +146,7 @@ TEST_P(PackConvertOnly, ConvertsAndVerifies) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OtherArchs, PackConvertOnly,
-                         ::testing::Values("qwen3_next", "qwen3_next/q4", "qwen3_5_moe_text", "qwen3_5_moe_text/q4",
+                         ::testing::Values("qwen3_next/q4", "qwen3_5_moe_text", "qwen3_5_moe_text/q4",
                                            "deepseek_v3", "deepseek_v3/q4", "deepseek_v3/fp8"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            std::string n = i.param;
