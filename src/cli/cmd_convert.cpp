@@ -44,7 +44,7 @@ Runner register_convert(CLI::App& app) {
     try {
       s = convert_to_pack(*src, a->dst, o);
     } catch (const Interrupted& e) {
-      std::fprintf(stderr, "moeflux: convert %s: temporary files removed, %s left as it was\n", e.what(),
+      std::fprintf(stderr, "moeflux: convert %s: temporary files removed, %s not written\n", e.what(),
                    a->dst.c_str());
       return 128 + e.signal();
     }

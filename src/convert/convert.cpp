@@ -54,7 +54,7 @@ class CheckpointSource : public ConvertSource {
     try {
       check_model_weights(*store_, cfg_);
     } catch (const Error& e) {
-      fail(dir, ": not a complete ", cfg_.arch, " checkpoint, nothing written: ", e.what());
+      fail(dir, ": not a valid ", cfg_.arch, " checkpoint (nothing written): ", e.what());
     }
     std::vector<const TensorInfo*> infos;
     for (const auto& n : store_->names()) infos.push_back(&store_->get(n));

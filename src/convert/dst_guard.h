@@ -1,8 +1,9 @@
 // Where convert may write: it never deletes or overwrites anything but a pack. DST may not be
-// SRC, lie inside it or contain it (canonical paths and device/inode, symlinks resolved); an
-// existing DST is replaced only with --force and only when it is a pack (manifest.json that
-// parses) holding nothing but pack files; an empty directory is taken as it is. Leftover
-// DST.tmp-XXXXXX directories of an interrupted run are reported, never removed.
+// SRC, lie inside it or contain it (canonical paths and device/inode, symlinks resolved), nor
+// be a symlink; an existing DST is replaced only with --force and only when it is a pack
+// (manifest.json that parses) holding nothing but pack and side files; an empty directory is
+// taken as it is. Leftover DST.tmp-XXXXXX / DST.old-XXXXXX directories of an interrupted run
+// are reported, never removed (a convert may still be running).
 #pragma once
 #include <string>
 #include <vector>
