@@ -365,12 +365,13 @@ void replace_pack(const std::string& tmp, const std::string& dst) {
     fs::remove(old, ec);
     throw;
   }
-  fs::remove_all(old);
+  std::error_code ec;
+  if (fs::remove_all(old, ec) == static_cast<std::uintmax_t>(-1) || ec)
+    std::fprintf(stderr, "warning: %s: the replaced pack could not be removed (%s); delete it with: rm -r '%s'\n",
+                 old.c_str(), ec.message().c_str(), old.c_str());
 }
 
-}  // namespace
-
-ConvertStats convert_to_pack(ConvertSource& src, const std::string& dst_in, const ConvertOptions& opt) {
+ConvertStats convert_to_pack_dir(ConvertSource& src, const std::string& dst_in, const ConvertOptions& opt) {
   std::string dst = dst_in;
   while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
   const DstState state = check_destination(src.dir(), dst, opt.force);
@@ -421,6 +422,16 @@ ConvertStats convert_to_pack(ConvertSource& src, const std::string& dst_in, cons
     throw;
   }
   return stats;
+}
+
+}  // namespace
+
+ConvertStats convert_to_pack(ConvertSource& src, const std::string& dst, const ConvertOptions& opt) {
+  try {
+    return convert_to_pack_dir(src, dst, opt);
+  } catch (const fs::filesystem_error& e) {  // an I/O failure is an error message, not an abort
+    fail(dst, ": ", e.what());
+  }
 }
 
 }  // namespace moeflux
