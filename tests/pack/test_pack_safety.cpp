@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "format/pack_store.h"
 #include "pack/pack_test_util.h"
@@ -172,6 +173,27 @@ TEST(ConvertSignals, InterruptRemovesTempDir) {
     EXPECT_TRUE(temp_dirs_of(dst).empty()) << temp_dirs_of(dst).front();
     EXPECT_FALSE(fs::exists(dst));
   }
+  // SIGKILL cannot be caught: the next convert to the same DST names the leftover.
+  const std::string dst = tmp.file("p_kill");
+  const pid_t pid = spawn_convert(hf, dst);
+  ASSERT_GT(pid, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> left;
+  while (left.empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    for (const auto& d : temp_dirs_of(dst))
+      if (fs::exists(d + "/dense.bin")) left.push_back(d);
+    if (left.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(left.size(), 1u);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(fs::exists(left[0]));
+  ASSERT_EQ(test::run_command(test::moeflux_exe() + " convert --quiet " + hf + " " + dst, &out), 0) << out;
+  EXPECT_NE(out.find("warning: " + left[0] + ": temporary directory of an interrupted convert"), std::string::npos)
+      << out;
+  EXPECT_TRUE(fs::exists(left[0]));  // named, not removed
+  EXPECT_TRUE(fs::exists(dst + "/manifest.json"));
 }
 
 }  // namespace
