@@ -78,6 +78,14 @@ TEST_F(PackComplete, OversizedDimensionRefusedBeforeWriting) {
   expect_refused_before_writing("moe_intermediate_size");
 }
 
+TEST_F(PackComplete, OverflowingSizeRefusedBeforeWriting) {
+  // DeepSeek's shared experts are one MLP of n_shared_experts x moe_intermediate_size.
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(test::fixture_dir("deepseek_v3") + "/" + f, src_ + "/" + f, fs::copy_options::overwrite_existing);
+  set_config("n_shared_experts", int64_t(1) << 60);
+  expect_refused_before_writing("n_shared_experts (1152921504606846976) x moe_intermediate_size (64) is out of range");
+}
+
 TEST_F(PackComplete, VerifyFlagsMissingDenseTensor) {
   test::convert_fixture("qwen3_moe", dst_);
   std::string out;
