@@ -75,6 +75,7 @@ Runner register_chat(CLI::App& app) {
   add_gen_options(sub, *a);
   sub->add_flag("--show-thinking", a->show_thinking, "Show <think> spans (dimmed) instead of hiding them");
   return [a]() {
+    require_model_tokenizer(a->model, a->tokenizer);
     Tokenizer tok = Tokenizer::load(a->tokenizer_path());  // before the model: a missing one fails at once
     auto templates = load_chat_templates(a->tokenizer_path());
     auto model = load_model_cli(a->model, a->stream);

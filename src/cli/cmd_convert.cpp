@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "convert/convert.h"
+#include "convert/interrupt.h"
 #include "core/error.h"
 
 namespace moeflux::cli {
@@ -25,7 +26,7 @@ Runner register_convert(CLI::App& app) {
                   "their format, float sources become 4-bit");
   sub->add_option("--expert-bits", a->expert_bits, "Routed experts (default: as --bits)");
   sub->add_option("--group-size", a->group, "Affine group size: 32, 64 or 128")->default_val(64);
-  sub->add_flag("--force", a->force, "Replace DST if it exists");
+  sub->add_flag("--force", a->force, "Replace DST if it is a pack (never anything else)");
   sub->add_flag("--quiet", a->quiet, "No progress output");
   return [a]() {
     ConvertOptions o;
@@ -39,7 +40,14 @@ Runner register_convert(CLI::App& app) {
     o.force = a->force;
     o.quiet = a->quiet;
     auto src = open_checkpoint_source(a->src);
-    const ConvertStats s = convert_to_pack(*src, a->dst, o);
+    ConvertStats s;
+    try {
+      s = convert_to_pack(*src, a->dst, o);
+    } catch (const Interrupted& e) {
+      std::fprintf(stderr, "moeflux: convert %s: temporary files removed, %s not written\n", e.what(),
+                   a->dst.c_str());
+      return 128 + e.signal();
+    }
     std::printf("converted %s -> %s: %.3f GB source in %.1f s (%.0f MB/s); dense %.3f GB (%zu tensors), "
                 "experts %.3f GB (%zu records)\n",
                 a->src.c_str(), a->dst.c_str(), double(s.source_bytes) / 1e9, s.seconds,

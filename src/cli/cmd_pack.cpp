@@ -1,11 +1,15 @@
 // `moeflux inspect PACK` (architecture, dimensions, quantisation, sizes, bytes read per token)
-// and `moeflux verify PACK` (recompute every checksum; exit 1 naming the first bad place).
+// and `moeflux verify PACK` (completeness: every tensor and expert record the architecture
+// reads, with the shapes config.json implies; then every checksum; exit 1 naming the first bad
+// place).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "convert/progress.h"
+#include "convert/side_files.h"
 #include "core/error.h"
 #include "format/pack_verify.h"
+#include "model/check_weights.h"
 
 namespace moeflux::cli {
 
@@ -59,20 +63,33 @@ Runner register_inspect(CLI::App& app) {
 Runner register_verify(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto quiet = std::make_shared<bool>(false);
-  auto* sub = app.add_subcommand("verify", "Recompute every checksum of a pack");
+  auto* sub = app.add_subcommand("verify", "Check a pack is complete and recompute every checksum");
   sub->add_option("pack", *dir, "Pack directory")->required();
   sub->add_flag("--quiet", *quiet, "No progress output");
   return [dir, quiet]() {
     auto pack = PackStore::open(*dir);
+    std::string incomplete;
+    try {
+      check_model_weights(*pack, pack->model_config());
+    } catch (const Error& e) {
+      incomplete = e.what();
+    }
     const PackSummary s = summarize_pack(*pack);
     Progress progress("verify", s.dense_bytes + s.expert_bytes, *quiet);
     const auto problems = verify_pack(*pack, [&](uint64_t n) { progress.add(n); });
     progress.finish();
-    if (problems.empty()) {
+    if (!incomplete.empty()) {
+      std::fprintf(stderr, "moeflux: error: %s: incomplete pack: %s\n", dir->c_str(), incomplete.c_str());
+      if (problems.empty()) std::fprintf(stderr, "(checksums of what it holds match)\n");
+    }
+    if (!has_tokenizer(*dir))
+      std::fprintf(stderr, "note: %s has no tokenizer.json: run it with --tokenizer DIR\n", dir->c_str());
+    if (problems.empty() && incomplete.empty()) {
       std::printf("%s: OK (%zu dense tensors, %llu expert records)\n", dir->c_str(), pack->manifest().dense.size(),
                   (unsigned long long)s.n_records);
       return 0;
     }
+    if (problems.empty()) return 1;
     std::fprintf(stderr, "moeflux: error: %s: first bad: %s\n", dir->c_str(), problems.front().message().c_str());
     for (size_t i = 1; i < problems.size() && i < 10; ++i)
       std::fprintf(stderr, "  also: %s\n", problems[i].message().c_str());

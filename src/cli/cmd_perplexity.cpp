@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/gen_options.h"
 #include "cli/stream_options.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
@@ -34,6 +35,7 @@ Runner register_perplexity(CLI::App& app) {
   add_stream_options(sub, a->stream);
   return [a]() {
     const std::string text = read_text_file(a->file);
+    require_model_tokenizer(a->model, a->tokenizer);
     Tokenizer tok = Tokenizer::load(a->tokenizer.empty() ? a->model : a->tokenizer);
     auto model = load_model_cli(a->model, a->stream);
     auto ids = tok.encode(text);

@@ -42,6 +42,7 @@ Runner register_run(CLI::App& app) {
   sub->add_flag("--json", a->json, "Print one JSON record (text, tokens, statistics) instead of streaming");
   return [a]() {
     std::string prompt = a->file.empty() ? a->prompt : read_text_file(a->file);
+    require_model_tokenizer(a->model, a->tokenizer);
     Tokenizer tok = Tokenizer::load(a->tokenizer_path());  // before the model: a missing one fails at once
     auto model = load_model_cli(a->model, a->stream);
     GenerateOptions opt = a->options(model_eos_ids(a->model, model->cfg));

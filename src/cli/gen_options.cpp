@@ -1,8 +1,10 @@
 // Shared generation options.
 #include "cli/gen_options.h"
 
+#include <filesystem>
 #include <random>
 
+#include "convert/side_files.h"
 #include "core/error.h"
 
 namespace moeflux::cli {
@@ -23,6 +25,13 @@ void add_gen_options(CLI::App* sub, GenArgs& a) {
   sub->add_option("-s,--seed", a.seed, "Random seed (-1 = random, printed with the statistics)");
   sub->add_option("--stop", a.stop, "Stop at this string (not printed); repeatable");
   sub->add_option("--system", a.system, "System prompt (chat template)");
+}
+
+void require_model_tokenizer(const std::string& model, const std::string& tokenizer_option) {
+  std::error_code ec;
+  if (!tokenizer_option.empty() || !std::filesystem::is_directory(model, ec) || has_tokenizer(model)) return;
+  fail(model, ": no tokenizer.json in the model directory: pass --tokenizer DIR or re-convert from a checkpoint "
+       "that has tokenizer.json");
 }
 
 GenerateOptions GenArgs::options(const std::vector<int32_t>& eos_ids) const {

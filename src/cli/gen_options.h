@@ -29,4 +29,7 @@ struct GenArgs {
 
 void add_gen_options(CLI::App* sub, GenArgs& a);
 
+// Error with a hint when no --tokenizer was given and the model directory has no tokenizer.json.
+void require_model_tokenizer(const std::string& model, const std::string& tokenizer_option);
+
 }  // namespace moeflux::cli

@@ -5,15 +5,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 
+#include "convert/dst_guard.h"
+#include "convert/interrupt.h"
 #include "convert/pack_writer.h"
 #include "convert/progress.h"
+#include "convert/side_files.h"
 #include "core/error.h"
+#include "format/pack_store.h"
 #include "format/tensor_store.h"
+#include "model/check_weights.h"
 
 namespace moeflux {
 
@@ -40,10 +47,15 @@ namespace {
 
 class CheckpointSource : public ConvertSource {
  public:
-  explicit CheckpointSource(const std::string& dir) {
+  explicit CheckpointSource(const std::string& dir) : dir_(dir) {
     if (is_pack_dir(dir)) fail(dir, ": is already a pack (manifest.json); convert takes a checkpoint");
     cfg_ = load_model_config(dir);
     store_ = TensorStore::open_dir(dir);
+    try {
+      check_model_weights(*store_, cfg_);
+    } catch (const Error& e) {
+      fail(dir, ": not a valid ", cfg_.arch, " checkpoint (nothing written): ", e.what());
+    }
     std::vector<const TensorInfo*> infos;
     for (const auto& n : store_->names()) infos.push_back(&store_->get(n));
     std::sort(infos.begin(), infos.end(), [](auto* a, auto* b) {
@@ -64,8 +76,10 @@ class CheckpointSource : public ConvertSource {
     drop_mapped_pages(t.data, t.nbytes);
   }
   bool file_backed() const override { return true; }
+  std::string dir() const override { return dir_; }
 
  private:
+  std::string dir_;
   ModelConfig cfg_;
   std::unique_ptr<TensorStore> store_;
   std::vector<SrcTensor> tensors_;
@@ -229,6 +243,7 @@ struct Converter {
   }
 
   void dense(const Item& it) {
+    throw_if_interrupted();
     if (!it.linear) {
       OutPart p;
       p.dtype = it.raw->dtype;
@@ -298,6 +313,7 @@ struct Converter {
         keep_alive.push_back(encode_linear(w, target_for(module, w, true)));
         for (const auto& p : keep_alive.back()) parts.push_back(RecordPart{rel + p.suffix, &p});
       }
+      throw_if_interrupted();
       out.add_record(L, prefix, e, parts);
       ++stats.n_records;
       for (auto* it : per[e]) release(*it, true);
@@ -319,11 +335,57 @@ std::unique_ptr<ConvertSource> open_checkpoint_source(const std::string& dir) {
   return std::make_unique<CheckpointSource>(dir);
 }
 
-ConvertStats convert_to_pack(ConvertSource& src, const std::string& dst_in, const ConvertOptions& opt) {
+namespace {
+
+// Checks the pack written into `tmp` the way verify does (so a writer bug never reaches DST),
+// then copies the side files.
+void finish_pack_dir(const ConvertSource& src, const std::string& tmp) {
+  try {
+    auto pack = PackStore::open(tmp);
+    check_model_weights(*pack, pack->model_config());
+  } catch (const Error& e) {
+    fail("the written pack is incomplete (a converter bug; nothing kept): ", e.what());
+  }
+  if (!src.dir().empty()) copy_side_files(src.dir(), tmp);
+}
+
+// Replaces the pack at `dst` (checked again: it may have changed during the conversion) by
+// `tmp`: the old pack is moved aside first and moved back if the new one cannot take its place.
+void replace_pack(const std::string& tmp, const std::string& dst) {
+  check_replaceable_pack(dst);
+  std::string old = dst + ".old-XXXXXX";
+  if (!::mkdtemp(old.data())) fail(dst, ": cannot create a directory next to it: ", std::strerror(errno));
+  const std::string aside = old + "/pack";
+  fs::rename(dst, aside);
+  try {
+    fs::rename(tmp, dst);
+  } catch (...) {
+    std::error_code ec;
+    fs::rename(aside, dst, ec);
+    fs::remove(old, ec);
+    throw;
+  }
+  std::error_code ec;
+  if (fs::remove_all(old, ec) == static_cast<std::uintmax_t>(-1) || ec)
+    std::fprintf(stderr, "warning: %s: the replaced pack could not be removed (%s); delete it with: rm -r '%s'\n",
+                 old.c_str(), ec.message().c_str(), old.c_str());
+}
+
+ConvertStats convert_to_pack_dir(ConvertSource& src, const std::string& dst_in, const ConvertOptions& opt) {
   std::string dst = dst_in;
   while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
-  std::error_code ec;
-  if (fs::exists(dst, ec) && !opt.force) fail(dst, ": already exists (use --force to replace it)");
+  const DstState state = check_destination(src.dir(), dst, opt.force);
+  for (const auto& d : stale_temp_dirs(dst))
+    std::fprintf(stderr,
+                 "warning: %s: temporary directory of an interrupted convert (or one still running); "
+                 "not removed: if no convert is running, delete it with: rm -r '%s'\n",
+                 d.c_str(), d.c_str());
+  if (!src.dir().empty() && !has_tokenizer(src.dir()))
+    std::fprintf(stderr,
+                 "warning: %s has no tokenizer.json: the pack will need `--tokenizer DIR` to run "
+                 "(copy the tokenizer files into the checkpoint and convert again to make it self-contained)\n",
+                 src.dir().c_str());
+  InterruptGuard guard;  // before the temporary directory exists: a signal now only sets a flag
   std::string tmpl = dst + ".tmp-XXXXXX";
   if (!::mkdtemp(tmpl.data())) fail(dst, ": cannot create a temporary directory next to it: ", std::strerror(errno));
   const std::string tmp = tmpl;
@@ -350,13 +412,26 @@ ConvertStats convert_to_pack(ConvertSource& src, const std::string& dst_in, cons
     progress.finish();
     stats.seconds = progress.seconds();
     for (const auto& e : fs::directory_iterator(fs::path(tmp) / "experts")) stats.expert_bytes += e.file_size();
-    if (fs::exists(dst, ec)) fs::remove_all(dst);
-    fs::rename(tmp, dst);
+    finish_pack_dir(src, tmp);
+    throw_if_interrupted();
+    if (state == DstState::Pack) replace_pack(tmp, dst);
+    else fs::rename(tmp, dst);  // an empty directory is replaced; anything else makes rename fail
   } catch (...) {
+    std::error_code ec;
     fs::remove_all(tmp, ec);
     throw;
   }
   return stats;
+}
+
+}  // namespace
+
+ConvertStats convert_to_pack(ConvertSource& src, const std::string& dst, const ConvertOptions& opt) {
+  try {
+    return convert_to_pack_dir(src, dst, opt);
+  } catch (const fs::filesystem_error& e) {  // an I/O failure is an error message, not an abort
+    fail(dst, ": ", e.what());
+  }
 }
 
 }  // namespace moeflux

@@ -3,7 +3,11 @@
 // and stacked `{moe}.switch_mlp.{proj}.*` (MLX) become one record per expert in the layer's
 // file; everything else is dense. Linears are (re-)encoded per ConvertOptions; routers
 // (`*.gate`, `*.shared_expert_gate`) and non-linear tensors (norms, biases, conv, 1-D) are
-// always copied as they are. Output goes to DST.tmp-XXXXXX, renamed to DST at the end.
+// always copied as they are. Output goes to DST.tmp-XXXXXX, renamed to DST at the end; the
+// destination rules are in dst_guard.h, interruption in interrupt.h. A checkpoint is checked
+// against its architecture (model/check_weights.h) before anything is written, and the
+// written pack again before the rename. Tokenizer and generation files are copied beside
+// the weights (side_files.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -33,9 +37,11 @@ class ConvertSource {
   virtual const uint8_t* acquire(const std::string& name) = 0;
   virtual void release(const std::string& name) = 0;
   virtual bool file_backed() const = 0;
+  // The checkpoint directory (side files, destination checks); empty for generated sources.
+  virtual std::string dir() const { return {}; }
 };
 
-// A safetensors checkpoint directory (Hugging Face or MLX).
+// A safetensors checkpoint directory (Hugging Face or MLX), checked for completeness.
 std::unique_ptr<ConvertSource> open_checkpoint_source(const std::string& dir);
 
 struct ConvertOptions {

@@ -107,6 +107,10 @@ MoeDims read_moe_dims(const ModelConfig& c) {
   if (!(g.scaling > 0.0f) || !std::isfinite(g.scaling))
     fail(c.path, ": routed_scaling_factor must be a positive number");
   if (m.n_shared < 0) fail(c.path, ": n_shared_experts must be >= 0");
+  // The shared experts form one MLP of n_shared * moe_intermediate_size; keep that in range.
+  if (m.n_shared > (int64_t(1) << 31) / m.moe_hidden)
+    fail(c.path, ": n_shared_experts (", m.n_shared, ") x moe_intermediate_size (", m.moe_hidden,
+         ") is out of range");
   if (m.first_dense < 0) fail(c.path, ": first_k_dense_replace must be >= 0");
   const std::string method = r.get_string("topk_method", "noaux_tc");
   if (method != "noaux_tc") fail(c.path, ": unsupported topk_method '", method, "' (noaux_tc)");
