@@ -17,6 +17,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/compute_options.h"
 #include "cli/stream_options.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -34,9 +35,10 @@ namespace moeflux::cli {
 namespace {
 struct BenchArgs {
   std::string model;
-  int pp = 512, tg = 128, reps = 5, threads = 0, depth = 0;
+  int pp = 512, tg = 128, reps = 5, depth = 0;
   bool json = false, profile = false;
-  std::string backend = "cpu", alternate;
+  std::string alternate;
+  ComputeArgs compute;
   StreamArgs stream;
 };
 
@@ -86,16 +88,14 @@ Runner register_bench(CLI::App& app) {
   sub->add_option("-d,--n-depth", a->depth, "Tokens of context prefilled (untimed) before each run (default 0)")
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("-r,--repetitions", a->reps, "Runs per test")->check(CLI::Range(1, 1000));
-  sub->add_option("-t,--threads", a->threads, "Threads (default: physical cores)")->check(CLI::Range(0, 1024));
-  sub->add_option("--backend", a->backend, "Compute backend (cpu; this build has no other)")
-      ->check(CLI::IsMember({"cpu"}));
+  add_compute_options(sub, a->compute);
   sub->add_flag("--json", a->json, "Print the results as JSON");
   sub->add_flag("--profile", a->profile,
                 "Also report the thread pool's parallel regions per token, how busy the threads were in them and how the caller waited for their last chunks");
   sub->add_option("--alternate", a->alternate,
                   "Measure each test also with this tuning switch flipped, the two runs of each repetition in "
                   "alternating order (an A/B in one process; e.g. MOEFLUX_MERGED_ROUTE)");
-  add_stream_options(sub, a->stream, false);
+  add_stream_options(sub, a->stream);
   return [a]() {
     TuningSwitch* alt = nullptr;
     if (!a->alternate.empty() && !(alt = TuningSwitch::find(a->alternate))) {
@@ -103,8 +103,8 @@ Runner register_bench(CLI::App& app) {
       for (const std::string& n : TuningSwitch::names()) all += (all.empty() ? "" : ", ") + n;
       fail("--alternate: no tuning switch named ", a->alternate, " (there are: ", all, ")");
     }
-    set_cpu_threads(a->threads);
-    const int threads = a->threads > 0 ? a->threads : physical_core_count();
+    a->compute.apply();
+    const int threads = a->compute.threads > 0 ? a->compute.threads : physical_core_count();
     auto model = load_model_cli(a->model, a->stream);
     if (int64_t(a->depth) + a->pp + 1 > model->cfg.max_seq_len || int64_t(a->depth) + a->tg + 1 > model->cfg.max_seq_len)
       fail("depth plus test length exceeds the model's context of ", model->cfg.max_seq_len, " tokens");
@@ -220,6 +220,8 @@ Runner register_bench(CLI::App& app) {
     const std::string isa(cpu_isa_name(cpu_isa()));
     // Repack (model.h): the resident pack's weights, or the expert cache's records as read
     const bool slots = cache && cache->transforms_records();
+    double measured_s = 0;  // for --stats: the measured runs' time, which the cache statistics cover
+    for (const auto& r : rows) measured_s += r.seconds;
     const std::string isa_note = isa + (model->repacked_tensors || slots ? ", repacked" : "");
     if (a->json) {
       nlohmann::ordered_json j = {{"model", a->model}, {"arch", model->cfg.arch}, {"weight_bytes", ms.weight_bytes},
@@ -241,6 +243,7 @@ Runner register_bench(CLI::App& app) {
         j["tests"].push_back(t);
       }
       std::printf("%s\n", j.dump(1).c_str());
+      finish_streaming(*model, a->stream, measured_s);
       return 0;
     }
     std::printf("| model | size | params | backend | threads | test | t/s | weights/token | GB/s | %% read bw | GFLOP/s | %% FMA peak |\n");
@@ -300,9 +303,8 @@ Runner register_bench(CLI::App& app) {
                     c.io_gbs(), r.seconds > 0 ? 100 * c.stall_s / r.seconds : 0.0, 100 * c.precision(),
                     100 * c.recall());
       }
-      if (!a->stream.save_profile.empty())
-        save_routing_profile(a->stream.save_profile, cache->layers(), cache->access_counts());
     }
+    finish_streaming(*model, a->stream, measured_s);
     return 0;
   };
 }

@@ -75,10 +75,12 @@ Runner register_chat(CLI::App& app) {
   add_gen_options(sub, *a);
   sub->add_flag("--show-thinking", a->show_thinking, "Show <think> spans (dimmed) instead of hiding them");
   return [a]() {
+    a->check();  // everything that needs no model, before the load
     require_model_tokenizer(a->model, a->tokenizer);
     Tokenizer tok = Tokenizer::load(a->tokenizer_path());  // before the model: a missing one fails at once
     auto templates = load_chat_templates(a->tokenizer_path());
-    auto model = load_model_cli(a->model, a->stream);
+    double load_s = 0;
+    auto model = a->load(&load_s);
     GenerateOptions opt = a->options(model_eos_ids(a->model, model->cfg));
     opt.cancel = &g_interrupt;
     ChatSession chat(*model, tok, templates, a->system);
@@ -88,8 +90,10 @@ Runner register_chat(CLI::App& app) {
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
-    std::fprintf(stderr, "moeflux chat: %s (%s). /reset clears the conversation, /exit or Ctrl-D quits, Ctrl-C stops an answer.\n",
-                 a->model.c_str(), model->cfg.arch.c_str());
+    std::fprintf(stderr,
+                 "moeflux chat: %s (%s, loaded in %.2f s, context %lld tokens). /reset clears the conversation, /exit "
+                 "or Ctrl-D quits, Ctrl-C stops an answer.\n",
+                 a->model.c_str(), model->cfg.arch.c_str(), load_s, (long long)model->cfg.max_seq_len);
     for (;;) {
       g_interrupt.store(false);
       char* line = readline("> ");
@@ -118,6 +122,12 @@ Runner register_chat(CLI::App& app) {
         std::fprintf(stderr, "\n[prefilled %lld tokens | generated %lld (%s) | %.1f tok/s | context %lld]\n",
                      (long long)st.prefilled_tokens, (long long)st.generated_tokens, st.stop_reason.c_str(), dec,
                      (long long)chat.context_tokens());
+        if (chat.dropped_turns() > 0)
+          std::fprintf(stderr, "(context full: the %d oldest turn%s dropped to make room; /reset starts over)\n",
+                       chat.dropped_turns(), chat.dropped_turns() == 1 ? " was" : "s were");
+        if (st.stop_reason == "context")
+          std::fprintf(stderr, "(the answer reached the end of the context: the next turn drops the oldest turns; "
+                       "/reset starts over)\n");
       } catch (const Error& e) {
         std::fprintf(stderr, "\nerror: %s\n", e.what());
       }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/compute_options.h"
 #include "cli/parse.h"
 #include "cli/stream_options.h"
 #include "core/error.h"
@@ -21,6 +22,7 @@ struct LogitsArgs {
   std::string model, ids, out, mla = "absorbed";
   bool decode = false;
   int generate = 0;
+  ComputeArgs compute;
   StreamArgs stream;
 };
 }  // namespace
@@ -28,7 +30,7 @@ struct LogitsArgs {
 Runner register_logits(CLI::App& app) {
   auto a = std::make_shared<LogitsArgs>();
   auto* sub = app.add_subcommand("logits", "Write the logits of a token sequence to a safetensors file");
-  sub->add_option("--model", a->model, "Model directory (config.json + safetensors)")->required();
+  sub->add_option("-m,--model", a->model, "Model directory (a checkpoint: config.json + safetensors, or a pack)")->required();
   sub->add_option("--ids", a->ids, "Comma-separated token ids, e.g. 1,2,3")->required();
   sub->add_option("--out", a->out, "Output .safetensors (f32 'logits' [T, vocab], int32 'generated' [N])")->required();
   sub->add_flag("--decode", a->decode, "Feed the ids one by one through the cache instead of one prefill");
@@ -37,8 +39,10 @@ Runner register_logits(CLI::App& app) {
   sub->add_option("--generate", a->generate, "Also greedily generate N tokens after the ids")
       ->check(CLI::Range(0, 1 << 20));
   add_stream_options(sub, a->stream);
+  add_compute_options(sub, a->compute);
   return [a]() {
     const auto ids = parse_id_list(a->ids, "--ids");
+    a->compute.apply();
     auto t0 = std::chrono::steady_clock::now();
     auto model = load_model_cli(a->model, a->stream);
     set_mla_path(*model, parse_mla_path(a->mla, "--mla"));

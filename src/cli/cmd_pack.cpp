@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/model_path.h"
 #include "convert/progress.h"
 #include "convert/side_files.h"
 #include "core/error.h"
@@ -28,6 +29,7 @@ Runner register_inspect(CLI::App& app) {
   auto* sub = app.add_subcommand("inspect", "Describe a pack: architecture, quantisation, sizes");
   sub->add_option("pack", *dir, "Pack directory")->required();
   return [dir]() {
+    check_pack_path(*dir);
     auto pack = PackStore::open(*dir);
     const PackManifest& m = pack->manifest();
     const ModelConfig c = pack->model_config();
@@ -67,6 +69,7 @@ Runner register_verify(CLI::App& app) {
   sub->add_option("pack", *dir, "Pack directory")->required();
   sub->add_flag("--quiet", *quiet, "No progress output");
   return [dir, quiet]() {
+    check_pack_path(*dir);
     auto pack = PackStore::open(*dir);
     std::string incomplete;
     try {

@@ -3,14 +3,17 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "core/thread_pool.h"
 #include "model/model.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace moeflux::cli {
 
@@ -20,12 +23,12 @@ struct RunArgs : GenArgs {
   bool chat = false, json = false;
 };
 
-void print_stats(const GenerateStats& st, uint64_t seed) {
+void print_stats(const GenerateStats& st, uint64_t seed, double load_s) {
   const double pre = st.prefill_s > 0 ? double(st.prefilled_tokens) / st.prefill_s : 0;
   const double dec = st.decode_s > 0 && st.generated_tokens > 1 ? double(st.generated_tokens - 1) / st.decode_s : 0;
   std::fprintf(stderr,
-               "\n\nprompt tokens: %lld | generated: %lld (%s) | TTFT %.3f s | prefill %.1f tok/s | decode %.1f tok/s | seed %llu\n",
-               (long long)st.prompt_tokens, (long long)st.generated_tokens, st.stop_reason.c_str(), st.ttft_s, pre,
+               "\n\nprompt tokens: %lld | generated: %lld (%s) | load %.2f s | TTFT %.3f s | prefill %.1f tok/s | decode %.1f tok/s | seed %llu\n",
+               (long long)st.prompt_tokens, (long long)st.generated_tokens, st.stop_reason.c_str(), load_s, st.ttft_s, pre,
                dec, (unsigned long long)seed);
 }
 }  // namespace
@@ -41,24 +44,32 @@ Runner register_run(CLI::App& app) {
   sub->add_flag("--chat", a->chat, "Render the prompt as a user message with the chat template");
   sub->add_flag("--json", a->json, "Print one JSON record (text, tokens, statistics) instead of streaming");
   return [a]() {
+    // Everything that needs no model is checked first: a mistake costs no load.
+    if (!a->chat && !a->system.empty()) fail("--system needs --chat");
     std::string prompt = a->file.empty() ? a->prompt : read_text_file(a->file);
+    const std::string source = a->file.empty() ? "--prompt" : a->file;
+    if (prompt.empty()) fail(source, ": the prompt is empty");
+    if (const size_t bad = utf8_first_invalid(prompt); bad != std::string::npos)
+      fail(source, ": the prompt is not valid UTF-8 (byte ", bad, ")");
+    a->check();
     require_model_tokenizer(a->model, a->tokenizer);
     Tokenizer tok = Tokenizer::load(a->tokenizer_path());  // before the model: a missing one fails at once
-    auto model = load_model_cli(a->model, a->stream);
+    std::optional<ChatTemplates> templates;
+    if (a->chat) templates = load_chat_templates(a->tokenizer_path());
+    double load_s = 0;
+    auto model = a->load(&load_s);
     GenerateOptions opt = a->options(model_eos_ids(a->model, model->cfg));
     if (a->chat) {
-      auto t = load_chat_templates(a->tokenizer_path());
       nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
       if (!a->system.empty()) msgs.push_back({{"role", "system"}, {"content", a->system}});
       msgs.push_back({{"role", "user"}, {"content", prompt}});
-      prompt = render_chat(t, msgs, nullptr, true);
-    } else if (!a->system.empty()) {
-      fail("--system needs --chat");
+      prompt = render_chat(*templates, msgs, nullptr, true);
     }
     auto ids = tok.encode(prompt);
     if (ids.empty()) fail("the prompt is empty after tokenisation");
     if (int64_t(ids.size()) >= model->cfg.max_seq_len)
-      fail("prompt of ", ids.size(), " tokens is longer than the model's context (", model->cfg.max_seq_len, ")");
+      fail("prompt of ", ids.size(), " tokens is longer than ", a->ctx_size > 0 ? "--ctx-size" : "the model's context",
+           " (", model->cfg.max_seq_len, ")");
     Session s(*model);
     auto st = generate_text(s, tok, ids, opt, [&](const std::string& piece) {
       if (!a->json) {
@@ -70,10 +81,11 @@ Runner register_run(CLI::App& app) {
       nlohmann::ordered_json j = {{"text", st.text}, {"tokens", st.tokens}, {"prompt_tokens", st.prompt_tokens},
                                   {"generated_tokens", st.generated_tokens}, {"stop_reason", st.stop_reason},
                                   {"ttft_s", st.ttft_s}, {"prefill_s", st.prefill_s}, {"decode_s", st.decode_s},
+                                  {"load_s", load_s}, {"threads", cpu_threads()},
                                   {"seed", opt.sampling.seed}};
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
-      print_stats(st, opt.sampling.seed);
+      print_stats(st, opt.sampling.seed, load_s);
     }
     finish_streaming(*model, a->stream, st.ttft_s + st.decode_s);
     return 0;

@@ -1,14 +1,18 @@
 // moeflux command line: dispatches to the subcommands in cli/cmd_*.cpp.
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/compute_options.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"moeflux: Mixture-of-Experts inference for models larger than memory"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "moeflux 0.1.0");
+  app.option_defaults()->always_capture_default();  // --help shows each option's default
   std::map<CLI::App*, moeflux::cli::Runner> runners;
   auto add = [&](moeflux::cli::Runner (*reg)(CLI::App&)) {
     size_t before = app.get_subcommands({}).size();
@@ -28,8 +32,12 @@ int main(int argc, char** argv) {
   add(moeflux::cli::register_inspect);
   add(moeflux::cli::register_verify);
   add(moeflux::cli::register_synth);
+  // llama.cpp's -sys / -ngl (several letters after one dash) in a form CLI11 parses
+  const std::vector<std::string> args = moeflux::cli::rewrite_llama_flags(argc, argv);
+  std::vector<const char*> arg_ptrs;
+  for (const auto& s : args) arg_ptrs.push_back(s.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(int(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

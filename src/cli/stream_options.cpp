@@ -1,8 +1,12 @@
 // Expert streaming options: parsing into StreamOptions, the end-of-run report.
 #include "cli/stream_options.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 
+#include "cli/load_progress.h"
+#include "cli/model_path.h"
 #include "core/error.h"
 #include "format/pack_store.h"
 #include "stream/routing_profile.h"
@@ -10,7 +14,7 @@
 
 namespace moeflux::cli {
 
-void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
+void add_stream_options(CLI::App* sub, StreamArgs& a) {
   auto* g = sub->add_option_group("expert streaming (packs)");
   g->add_option("--expert-cache", a.expert_cache,
                 "Host memory for experts: a size (8G, 512M), a share of all experts (30%) or auto "
@@ -38,7 +42,7 @@ void add_stream_options(CLI::App* sub, StreamArgs& a, bool with_stats) {
               "Keep a resident pack's 4-bit weights in file order (by default they are rewritten at load "
               "into the layout the integer decode kernels of AVX-512 VNNI and, on AMD, AVX2 read fastest, "
               "where those kernels are in use)");
-  if (with_stats) g->add_flag("--stats", a.stats, "Print expert cache statistics to stderr");
+  g->add_flag("--stats", a.stats, "Print expert cache statistics to stderr");
 }
 
 StreamOptions StreamArgs::options() const {
@@ -63,8 +67,25 @@ StreamOptions StreamArgs::options() const {
   return o;
 }
 
-std::unique_ptr<Model> load_model_cli(const std::string& dir, const StreamArgs& a) {
+void check_stream_args(const std::string& dir, const StreamArgs& a) {
+  if (a.checked) return;
+  a.checked = true;
+  const StreamOptions o = a.options();
+  if (check_model_path(dir) == ModelPathKind::Checkpoint) {
+    if (a.expert_cache != "auto")
+      std::fprintf(stderr, "warning: --expert-cache applies only to packs; %s is a checkpoint directory, read through "
+                   "its memory map (moeflux convert makes a pack of it)\n", dir.c_str());
+    return;
+  }
+  check_pack_cache_budget(dir, o);
+}
+
+std::unique_ptr<Model> load_model_cli(const std::string& dir, const StreamArgs& a, double* load_s) {
+  check_stream_args(dir, a);
+  LoadProgress progress(isatty(STDERR_FILENO) ? stderr : nullptr, dir);
   auto m = load_model(dir, a.options());
+  const double secs = progress.finish();
+  if (load_s) *load_s = secs;
   if (!m->expert_cache && (!a.save_profile.empty() || !a.pin_profile.empty()))
     fail(dir, ": --save-profile / --pin-profile need a pack (convert the checkpoint first)");
   return m;

@@ -22,14 +22,28 @@
 
 namespace moeflux {
 
+namespace {
+// Bytes of RAM, or 0 where sysconf cannot say.
+uint64_t physical_ram() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+std::string gib(uint64_t b) {
+  char s[32];
+  if (b >= (1ull << 30)) std::snprintf(s, sizeof s, "%.2f GiB", double(b) / double(1ull << 30));
+  else std::snprintf(s, sizeof s, "%.1f KiB", double(b) / 1024.0);
+  return s;
+}
+}  // namespace
+
 uint64_t parse_cache_budget(const std::string& spec, uint64_t total) {
   auto bad = [&]() -> uint64_t {
     fail("--expert-cache '", spec, "': expected auto, a size (8G, 512M, 1234) or a share (30%)");
   };
   if (spec == "auto") {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const uint64_t half_ram = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 2 : total;
-    return std::min(total, half_ram);
+    const uint64_t ram = physical_ram();
+    return std::min(total, ram ? ram / 2 : total);
   }
   size_t i = 0;
   double v = 0;
@@ -80,6 +94,33 @@ bool wants_cache(const StreamOptions& opt) {
          opt.cache.engine == IoEngine::Uring || !opt.pin_profile.empty();
 }
 }  // namespace
+
+std::string check_cache_budget(const std::string& spec, uint64_t total, uint64_t max_record, uint64_t physical_ram,
+                               uint64_t available_ram) {
+  if (spec == "auto") return "";
+  const uint64_t b = parse_cache_budget(spec, total);
+  if (b < max_record)
+    fail("--expert-cache ", spec, " (", b, " bytes) is below one expert record of this pack (", max_record, " bytes, ",
+         gib(max_record), "): the cache could hold no expert; give at least ", (max_record + 1023) / 1024, "K");
+  if (physical_ram && b > physical_ram)
+    fail("--expert-cache ", spec, " (", gib(b), ") is more than this machine's memory (", gib(physical_ram), ")");
+  if (b > available_ram)
+    return cat("warning: --expert-cache ", spec, " (", gib(b), ") is more than the memory available now (",
+               gib(available_ram), "): the cache may push other processes into swap");
+  return "";
+}
+
+void check_pack_cache_budget(const std::string& dir, const StreamOptions& opt) {
+  if (opt.budget == "auto" || !opt.enabled || !is_pack_dir(dir)) return;
+  const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+  const PackManifest man = parse_pack_manifest(read_text_file(path), path);
+  uint64_t total = 0, max_record = 0;
+  for (const auto& l : man.experts)
+    for (const auto& r : l.records) total += r.size, max_record = std::max<uint64_t>(max_record, r.size);
+  if (man.experts.empty()) return;
+  const std::string warning = check_cache_budget(opt.budget, total, max_record, physical_ram(), available_ram());
+  if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
+}
 
 MapMode pack_map_mode(const std::string& dir, const StreamOptions& opt) {
   if (!opt.resident || !opt.enabled || opt.budget != "auto" || wants_cache(opt) || !is_pack_dir(dir))

@@ -33,6 +33,16 @@ struct StreamOptions {
 // of `total` (the pack's expert bytes). Error naming the text when malformed.
 uint64_t parse_cache_budget(const std::string& spec, uint64_t total);
 
+// Checks a budget against the pack it is for and the machine: Error when it is below the
+// largest expert record (max_record bytes: the cache could hold no expert) or above the
+// physical RAM; a warning (the returned text, else empty) when above the memory available
+// now. "auto" passes. total: the pack's expert bytes (for P%).
+std::string check_cache_budget(const std::string& spec, uint64_t total, uint64_t max_record, uint64_t physical_ram,
+                               uint64_t available_ram);
+// check_cache_budget for the pack at `dir` on this machine, the warning printed to stderr.
+// Nothing for checkpoints, "auto" or --io mmap (!opt.enabled).
+void check_pack_cache_budget(const std::string& dir, const StreamOptions& opt);
+
 // Attaches streaming to a model whose store is a pack (does nothing for checkpoints, or when
 // !opt.enabled). Sets m.expert_cache. Error when the pack's expert layers do not match the
 // model's MoE blocks.

@@ -6,7 +6,9 @@
 
 #include <fstream>
 
+#include "core/error.h"
 #include "stream/expert_cache.h"
+#include "stream/streaming.h"
 #include "util/test_util.h"
 
 namespace moeflux {
@@ -33,8 +35,8 @@ TEST(StreamCli, SameTextWhateverTheCache) {
   const std::string ref = stdout_of(kGen + "--io mmap", &rc);
   ASSERT_EQ(rc, 0);
   ASSERT_GT(ref.size(), 40u);
-  std::vector<std::string> variants = {"", "--expert-cache 1", "--expert-cache 10% --no-prefetch",
-                                       "--expert-cache 1 --io direct", "--cache-policy lfu --expert-cache 20%",
+  std::vector<std::string> variants = {"", "--expert-cache 108K", "--expert-cache 10% --no-prefetch",
+                                       "--expert-cache 108K --io direct", "--cache-policy lfu --expert-cache 20%",
                                        "--verify-experts"};
   if (uring_available()) variants.push_back("--io-engine uring --io direct --expert-cache 5%");
   for (const auto& v : variants) {
@@ -45,7 +47,7 @@ TEST(StreamCli, SameTextWhateverTheCache) {
 
 TEST(StreamCli, StatsReportTheHostTier) {
   int rc = 0;
-  const std::string out = all_of(kGen + "--expert-cache 1 --stats", &rc);
+  const std::string out = all_of(kGen + "--expert-cache 108K --stats", &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("expert cache: host budget"), std::string::npos) << out;
   EXPECT_NE(out.find("host tier:"), std::string::npos) << out;
@@ -85,6 +87,47 @@ TEST(StreamCli, BadOptionsExitOneWithAMessage) {
   EXPECT_NE(out.find("need the expert cache"), std::string::npos) << out;
   out = all_of(kGen + "--io-threads 0", &rc);
   EXPECT_NE(rc, 0);
+}
+
+// A budget that could hold no expert, or more than the machine has, is refused before the
+// load; --expert-cache on a checkpoint directory warns that it applies only to packs.
+TEST(StreamCli, BudgetCheckedAgainstThePackAndTheMachine) {
+  int rc = 0;
+  std::string out = all_of(kGen + "--expert-cache 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("--expert-cache 1 (1 bytes) is below one expert record of this pack (110592 bytes"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("give at least 108K"), std::string::npos) << out;
+  out = all_of(kGen + "--expert-cache 1%", &rc);  // 0.64 of a record
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("below one expert record"), std::string::npos) << out;
+  out = all_of(kGen + "--expert-cache 1000T", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("is more than this machine's memory"), std::string::npos) << out;
+  const std::string ckpt = test::fixture_dir("qwen3_moe");
+  test::TempDir dir;
+  out = all_of(" logits -m " + ckpt + " --ids 1,2 --out " + dir.file("l.safetensors") + " --expert-cache 1G", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("warning: --expert-cache applies only to packs"), std::string::npos) << out;
+  out = all_of(" logits -m " + ckpt + " --ids 1,2 --out " + dir.file("l.safetensors"), &rc);
+  EXPECT_EQ(out.find("warning"), std::string::npos) << out;
+}
+
+TEST(StreamBudget, AgainstRecordPhysicalAndAvailableMemory) {
+  const uint64_t gib = uint64_t(1) << 30;
+  // total 100 GiB of experts, records of 3 MiB, 64 GiB of RAM of which 16 GiB available
+  auto check = [&](const std::string& spec) { return check_cache_budget(spec, 100 * gib, 3 << 20, 64 * gib, 16 * gib); };
+  EXPECT_EQ(check("auto"), "");
+  EXPECT_EQ(check("3M"), "");
+  EXPECT_EQ(check("8G"), "");
+  EXPECT_THROW(check("2M"), Error);
+  EXPECT_THROW(check("65G"), Error);
+  EXPECT_THROW(check("70%"), Error);  // 70 GiB
+  const std::string w = check("20G");
+  EXPECT_NE(w.find("warning: --expert-cache 20G (20.00 GiB) is more than the memory available now (16.00 GiB)"),
+            std::string::npos) << w;
+  EXPECT_NE(check("20%"), "");  // 20 GiB
+  EXPECT_THROW(check("12X"), Error);
 }
 
 TEST(StreamCli, BenchPrintsTheStreamingTable) {

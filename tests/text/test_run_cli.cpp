@@ -244,5 +244,28 @@ TEST(ChatPty, TwoTurnsSecondPrefillsOnlyNewTokens) {
   EXPECT_EQ(p.wait_exit(), 0);
 }
 
+// A chat that fills its context (-c) keeps answering: the oldest turns go, and it says so.
+TEST(ChatPty, FullContextDropsTheOldestTurns) {
+  Pty p({test::moeflux_exe(), "chat", "-m", kDemo, "-n", "16", "-c", "100", "--temp", "0", "-sys", "Be brief."});
+  const std::regex stats(R"(\[prefilled (\d+) tokens \| generated (\d+) \((\w+)\)[^\]]*context (\d+)\])");
+  const std::regex until_prompt(R"(([^>]*)> )");  // what comes after the statistics, up to the next prompt
+  int dropped = 0;
+  p.wait_for(std::regex("> "));
+  for (int turn = 0; turn < 6; ++turn) {
+    p.send("Tell me about the jury and the house.\r");
+    auto m = p.wait_for(stats);
+    ASSERT_FALSE(m.empty()) << "turn " << turn;
+    EXPECT_LE(std::stoi(m[4]), 100);
+    auto after = p.wait_for(until_prompt);
+    ASSERT_FALSE(after.empty());
+    EXPECT_EQ(after[1].str().find("error"), std::string::npos) << after[1];
+    if (std::regex_search(after[1].str(), std::regex(R"(\(context full: the \d+ oldest turns? (was|were) dropped)")))
+      ++dropped;
+  }
+  EXPECT_GT(dropped, 0);
+  p.send("/exit\r");
+  EXPECT_EQ(p.wait_exit(), 0);
+}
+
 }  // namespace
 }  // namespace moeflux

@@ -1,0 +1,42 @@
+// The options of commands that run the model: threads, backend, the GPU offload refusal.
+#include "cli/compute_options.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace moeflux::cli {
+
+void add_compute_options(CLI::App* sub, ComputeArgs& a) {
+  sub->add_option("-t,--threads", a.threads, "CPU threads (0: one per physical core)")->check(CLI::Range(0, 1024));
+  sub->add_option("--backend", a.backend, "Compute backend (this build has only cpu)")->check(CLI::IsMember({"cpu"}));
+  sub->add_option("--n-gpu-layers", a.gpu_layers,
+                  "llama.cpp's -ngl: GPU offload is chosen with --backend, and this build has only the cpu backend")
+      ->check(CLI::Range(0, 1 << 20));
+}
+
+void ComputeArgs::apply() const {
+  if (gpu_layers > 0)
+    fail("-ngl / --n-gpu-layers ", gpu_layers, ": GPU offload is chosen with --backend, and this build has only the "
+         "cpu backend (--backend cpu); drop -ngl to run on the CPU");
+  set_cpu_threads(threads);
+}
+
+std::vector<std::string> rewrite_llama_flags(int argc, const char* const* argv) {
+  static const std::pair<std::string, std::string> kFlags[] = {{"-sys", "--system"}, {"-ngl", "--n-gpu-layers"}};
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    for (const auto& [llama, ours] : kFlags)
+      if (arg == llama) arg = ours;
+      else if (arg.starts_with(llama + "=")) arg = ours + arg.substr(llama.size());
+    out.push_back(std::move(arg));
+    if (out.back() == "--") {  // what follows is positional
+      for (++i; i < argc; ++i) out.emplace_back(argv[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace moeflux::cli
