@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/crc32.h"
 #include "core/error.h"
 
 namespace moeflux {
@@ -299,10 +298,11 @@ bool ExpertCache::take_job(ReadJob* job, bool block, Queues which) {
 void ExpertCache::finish_job(const ReadJob& job, std::string error) {
   if (error.empty() && opt_.verify) {
     const uint32_t want = files_.layer(job.layer).records[size_t(job.expert)].crc32;
-    const uint32_t got = crc32_of(job.dst, job.size);
+    const uint32_t got = checksum_of(opt_.checksum, job.dst, job.size);
     if (got != want) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "checksum mismatch (crc32 %08x, manifest %08x)", got, want);
+      char buf[80];
+      std::snprintf(buf, sizeof buf, "checksum mismatch (%s %08x, manifest %08x)", checksum_name(opt_.checksum), got,
+                    want);
       error = files_.describe_failure(job.layer, job.expert, buf);
     }
   }
