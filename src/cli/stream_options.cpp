@@ -29,7 +29,10 @@ void add_stream_options(CLI::App* sub, StreamArgs& a) {
       ->check(CLI::IsMember({"lru", "lfu"}))
       ->each([&a](const std::string&) { a.cache_policy_given = true; });
   g->add_flag("--no-prefetch", a.no_prefetch, "Do not prefetch the next layer's predicted experts");
-  g->add_flag("--verify-experts", a.verify, "Check every expert record's crc32 before use");
+  g->add_flag("--no-verify-experts", a.no_verify,
+              "Do not check the checksum of expert records read from disk into the expert cache or the "
+              "resident copy (checked by default; dense weights are always checked at load)");
+  g->add_flag("--verify-experts", a.verify, "Accepted for compatibility: expert records are checked by default");
   g->add_option("--pin-profile", a.pin_profile, "Routing profile (JSON) whose most used experts stay resident");
   g->add_option("--pin-share", a.pin_share, "Share of the cache the pinned experts may take")
       ->check(CLI::Range(0.0, 1.0));
@@ -54,7 +57,8 @@ StreamOptions StreamArgs::options() const {
   o.cache.io_threads = io_threads;
   o.cache.policy = policy == "lfu" ? CachePolicy::Lfu : CachePolicy::Lru;
   o.cache.prefetch = !no_prefetch;
-  o.cache.verify = verify;
+  if (verify && no_verify) fail("--verify-experts and --no-verify-experts contradict each other");
+  o.cache.verify = !no_verify;
   o.pin_profile = pin_profile;
   o.pin_share = pin_share;
   o.mlock_dense = mlock;

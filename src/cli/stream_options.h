@@ -13,7 +13,7 @@ struct StreamArgs {
   std::string pin_profile, save_profile;
   int io_threads = 8;
   double pin_share = 0.5;
-  bool no_prefetch = false, verify = false, mlock = false, mmap = false, no_repack = false, stats = false;
+  bool no_prefetch = false, verify = false, no_verify = false, mlock = false, mmap = false, no_repack = false, stats = false;
   bool cache_policy_given = false;
   mutable bool checked = false;  // check_stream_args ran (it warns once)
 

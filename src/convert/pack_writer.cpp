@@ -9,13 +9,14 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
 
 namespace moeflux {
 
 namespace {
+
+constexpr PackChecksum kChecksum = PackChecksum::Crc32c;  // what version kPackVersion records
 
 int create_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -60,7 +61,7 @@ void PackWriter::add_dense(const std::string& name, const OutPart& t, bool drop_
   constexpr uint64_t kChunk = 64ull << 20;  // bounds the source pages resident at once
   for (uint64_t i = 0; i < t.nbytes; i += kChunk) {
     const uint64_t n = std::min(kChunk, t.nbytes - i);
-    crc = crc32_update(crc, t.data + i, n);
+    crc = checksum_update(kChecksum, crc, t.data + i, n);
     write_all(dense_fd_, t.data + i, n, dir_ + "/dense.bin");
     if (drop_source) drop_mapped_pages(t.data + i, n);
   }
@@ -121,7 +122,7 @@ void PackWriter::add_record(int64_t layer, const std::string& prefix, size_t exp
   record_.assign(r.size, 0);
   for (size_t i = 0; i < parts.size(); ++i)
     std::memcpy(record_.data() + layout[i].offset, parts[i].part->data, layout[i].nbytes);
-  r.crc32 = crc32_of(record_.data(), r.size);
+  r.crc32 = checksum_of(kChecksum, record_.data(), r.size);
   auto it = std::find(l.layouts.begin(), l.layouts.end(), layout);
   r.layout = uint32_t(it - l.layouts.begin());
   if (it == l.layouts.end()) l.layouts.push_back(std::move(layout));
@@ -133,6 +134,8 @@ void PackWriter::add_record(int64_t layer, const std::string& prefix, size_t exp
 void PackWriter::finish(PackManifest m) {
   close_layer();
   close_file(dense_fd_, dir_ + "/dense.bin");
+  m.version = kPackVersion;
+  m.checksum = kChecksum;
   m.dense_file = "dense.bin";
   m.dense_size = dense_size_;
   m.dense = std::move(dense_);

@@ -1,7 +1,7 @@
 // PackWriter: writes a pack into a directory (the converter's temporary one): dense tensors
 // appended to dense.bin at 64-byte alignment, expert records appended to
-// experts/layer_{L:03d}.bin at 4096-byte alignment, CRC-32 of every tensor / record, and
-// manifest.json last (docs/pack-format.md).
+// experts/layer_{L:03d}.bin at 4096-byte alignment, the CRC-32C of every tensor / record, and
+// manifest.json last (always the current version, kPackVersion) (docs/pack-format.md).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include "core/crc32.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace moeflux {
@@ -209,6 +211,12 @@ json tensor_json(const PackTensor& t, bool crc) {
 
 }  // namespace
 
+const char* checksum_name(PackChecksum k) { return k == PackChecksum::Crc32 ? "crc32" : "crc32c"; }
+
+uint32_t checksum_update(PackChecksum k, uint32_t crc, const uint8_t* p, uint64_t n) {
+  return k == PackChecksum::Crc32 ? crc32_update(crc, p, n) : crc32c_update(crc, p, n);
+}
+
 uint64_t tensor_nbytes(DType t, const std::vector<int64_t>& shape, const std::string& where) {
   uint64_t n = dtype_size(t);
   for (int64_t d : shape) {
@@ -227,8 +235,10 @@ PackManifest parse_pack_manifest(const std::string& text, const std::string& wha
   const std::string fmt = get_str(j, "format", what);
   if (fmt != kPackFormatName) fail(what, ": format is '", fmt, "', expected '", kPackFormatName, "'");
   const uint64_t v = get_u64(j, "version", what);
-  if (v != uint64_t(kPackVersion))
-    fail(what, ": unsupported pack version ", v, " (this build reads version ", kPackVersion, "; re-convert)");
+  if (v < uint64_t(kPackVersionOldest) || v > uint64_t(kPackVersion))
+    fail(what, ": unsupported pack version ", v, " (this build reads versions ", kPackVersionOldest, " to ",
+         kPackVersion, "; re-convert)");
+  m.version = int(v);
   m.architecture = get_str(j, "architecture", what);
   m.config = field(j, "config", what);
   if (!m.config.is_object()) fail(what, ": 'config' must be an object (the source config.json)");
@@ -237,7 +247,10 @@ PackManifest parse_pack_manifest(const std::string& text, const std::string& wha
     fail(what, ": config.model_type does not match architecture '", m.architecture, "'");
   m.source_layout = get_str(j, "source_layout", what);
   if (m.source_layout != "hf" && m.source_layout != "mlx") fail(what, ": source_layout must be 'hf' or 'mlx'");
-  if (get_str(j, "checksum", what) != "crc32") fail(what, ": unsupported checksum (crc32 expected)");
+  m.checksum = v == 1 ? PackChecksum::Crc32 : PackChecksum::Crc32c;
+  const std::string sum = get_str(j, "checksum", what);
+  if (sum != checksum_name(m.checksum))
+    fail(what, ": unsupported checksum '", sum, "' (version ", v, " packs use ", checksum_name(m.checksum), ")");
   const json& d = field(j, "dense", what);
   if (!d.is_object()) fail(what, ": 'dense' must be an object");
   m.dense_file = get_str(d, "file", what + ": dense");
@@ -271,7 +284,7 @@ std::string pack_manifest_to_json(const PackManifest& m) {
   j["version"] = m.version;
   j["architecture"] = m.architecture;
   j["source_layout"] = m.source_layout;
-  j["checksum"] = "crc32";
+  j["checksum"] = checksum_name(m.checksum);
   j["config"] = m.config;
   json dense = json::array();
   for (const auto& t : m.dense) dense.push_back(tensor_json(t, true));

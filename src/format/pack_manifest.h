@@ -14,9 +14,18 @@
 namespace moeflux {
 
 constexpr const char* kPackFormatName = "moeflux-pack";
-constexpr int kPackVersion = 1;
+constexpr int kPackVersion = 2;        // what the writer makes: CRC-32C checksums
+constexpr int kPackVersionOldest = 1;  // still read: version 1 has zlib's CRC-32
 constexpr uint64_t kDenseAlign = 64;     // every tensor in dense.bin and inside a record
 constexpr uint64_t kRecordAlign = 4096;  // every expert record offset and size
+
+// The checksum of a pack's tensors and records, named by the manifest's `checksum`:
+// version 1 packs use zlib's CRC-32, version 2 packs CRC-32C (core/crc32c.h).
+enum class PackChecksum : uint8_t { Crc32, Crc32c };
+const char* checksum_name(PackChecksum k);  // "crc32", "crc32c"
+// crc: a previous result or 0, as crc32_update / crc32c_update.
+uint32_t checksum_update(PackChecksum k, uint32_t crc, const uint8_t* p, uint64_t n);
+inline uint32_t checksum_of(PackChecksum k, const uint8_t* p, uint64_t n) { return checksum_update(k, 0, p, n); }
 
 // How a weight is stored. Dense: plain float tensor. Affine: `.weight` u32-packed with
 // `.scales` / `.biases` companions. Fp8: `.weight` F8_E4M3 with `.weight_scale_inv`.
@@ -35,7 +44,8 @@ struct PackTensor {
   std::vector<int64_t> shape;
   uint64_t offset = 0;  // dense: in dense.bin; layout: from the start of the record
   uint64_t nbytes = 0;
-  uint32_t crc32 = 0;   // dense tensors only (records carry one checksum for all)
+  uint32_t crc32 = 0;   // dense tensors only (records carry one checksum for all); of the
+                        // manifest's checksum kind (CRC-32 or CRC-32C)
   std::optional<PackQuant> quant;  // on `.weight` entries of quantised linears
   bool operator==(const PackTensor&) const = default;
 };
@@ -43,7 +53,7 @@ struct PackTensor {
 struct PackRecord {
   uint64_t offset = 0, size = 0;  // in the layer file; both multiples of kRecordAlign
   int bits = 0;                   // widest weight of the expert (16 = bf16, 8 = fp8 or q8)
-  uint32_t crc32 = 0;             // over all `size` bytes (padding included)
+  uint32_t crc32 = 0;             // over all `size` bytes (padding included); manifest's kind
   uint32_t layout = 0;            // index into ExpertLayer::layouts
 };
 
@@ -58,6 +68,7 @@ struct ExpertLayer {
 
 struct PackManifest {
   int version = kPackVersion;
+  PackChecksum checksum = PackChecksum::Crc32c;  // Crc32 exactly when version is 1
   std::string architecture;
   nlohmann::json config;        // the source's config.json, verbatim
   std::string source_layout;    // "hf" or "mlx": the source's conventions (zero-centred norms...)

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <map>
 
-#include "core/crc32.h"
 #include "core/error.h"
 
 namespace moeflux {
@@ -22,7 +21,7 @@ bool is_weight(const std::string& n) { return n.size() > 7 && n.compare(n.size()
 
 std::string PackProblem::message() const {
   char crc[64];
-  std::snprintf(crc, sizeof crc, "stored crc32 %08x, computed %08x", stored, computed);
+  std::snprintf(crc, sizeof crc, "stored %s %08x, computed %08x", checksum_name(checksum), stored, computed);
   return cat(what, ": checksum mismatch in ", file, " at byte offset ", offset, " (", nbytes, " bytes; ", crc, ")");
 }
 
@@ -31,9 +30,9 @@ std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<
   std::vector<PackProblem> out;
   for (const auto& t : m.dense) {
     const uint8_t* p = pack.dense_map().data() + t.offset;
-    const uint32_t c = crc32_of(p, t.nbytes);
+    const uint32_t c = checksum_of(m.checksum, p, t.nbytes);
     pack.dense_map().drop_pages(p, t.nbytes);
-    if (c != t.crc32) out.push_back({"dense tensor '" + t.name + "'", m.dense_file, t.offset, t.nbytes, t.crc32, c});
+    if (c != t.crc32) out.push_back({"dense tensor '" + t.name + "'", m.dense_file, t.offset, t.nbytes, t.crc32, c, m.checksum});
     if (on_bytes) on_bytes(t.nbytes);
   }
   for (size_t li = 0; li < m.experts.size(); ++li) {
@@ -41,10 +40,10 @@ std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<
     for (size_t e = 0; e < l.records.size(); ++e) {
       const PackRecord& r = l.records[e];
       const uint8_t* p = pack.layer_map(li).data() + r.offset;
-      const uint32_t c = crc32_of(p, r.size);
+      const uint32_t c = checksum_of(m.checksum, p, r.size);
       pack.layer_map(li).drop_pages(p, r.size);
       if (c != r.crc32)
-        out.push_back({cat("layer ", l.layer, " expert ", e), l.file, r.offset, r.size, r.crc32, c});
+        out.push_back({cat("layer ", l.layer, " expert ", e), l.file, r.offset, r.size, r.crc32, c, m.checksum});
       if (on_bytes) on_bytes(r.size);
     }
   }

@@ -1,4 +1,5 @@
-// Whole-pack integrity check and size summary: recomputes the CRC-32 of every dense tensor
+// Whole-pack integrity check and size summary: recomputes the checksum (the manifest's kind:
+// CRC-32 or CRC-32C) of every dense tensor
 // and every expert record (streaming, pages released as it goes) and reports each mismatch
 // with the tensor or layer/expert, the file and the byte offset.
 #pragma once
@@ -16,6 +17,7 @@ struct PackProblem {
   std::string file;
   uint64_t offset = 0, nbytes = 0;
   uint32_t stored = 0, computed = 0;
+  PackChecksum checksum = PackChecksum::Crc32c;
   std::string message() const;
 };
 

@@ -90,9 +90,13 @@ enum class Repack { Off, Auto, On };
 bool repack_wanted(Repack r);
 
 // Opens a checkpoint directory (config.json + safetensors) or a pack, dispatching on
-// model_type; a pack's files are mapped or (Resident) copied into memory.
+// model_type; a pack's files are mapped or (Resident) copied into memory. A pack's dense
+// tensors are checked against their checksums (format/pack_check.h), and with
+// verify_experts so are the expert records of a Resident copy; a mismatch raises an Error
+// naming the tensor or layer/expert. (Expert records read through a mapping are not checked;
+// those read into the expert cache are, as they are read: stream/expert_cache.h.)
 std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode = MapMode::Map,
-                                  Repack repack = Repack::Auto);
+                                  Repack repack = Repack::Auto, bool verify_experts = true);
 
 // Architectures the engine knows ("qwen3_moe", "mixtral", ...).
 std::vector<std::string> supported_architectures();

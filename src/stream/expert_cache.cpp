@@ -10,12 +10,19 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/crc32.h"
 #include "core/error.h"
+#include "core/tuning_switch.h"
 
 namespace moeflux {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+// MOEFLUX_CHECK_RECORDS=0 skips the record checksum as --no-verify-experts does; a tuning switch
+// so that `moeflux bench --alternate MOEFLUX_CHECK_RECORDS` measures the check's cost in pairs
+// (docs/performance.md, "Integrity checks").
+TuningSwitch check_records_switch("MOEFLUX_CHECK_RECORDS");
+}  // namespace
 
 struct ExpertCache::Entry {
   enum class St : uint8_t { Queued, Reading, Ready, Failed };
@@ -297,12 +304,13 @@ bool ExpertCache::take_job(ReadJob* job, bool block, Queues which) {
 }
 
 void ExpertCache::finish_job(const ReadJob& job, std::string error) {
-  if (error.empty() && opt_.verify) {
+  if (error.empty() && opt_.verify && check_records_switch.on()) {
     const uint32_t want = files_.layer(job.layer).records[size_t(job.expert)].crc32;
-    const uint32_t got = crc32_of(job.dst, job.size);
+    const uint32_t got = checksum_of(opt_.checksum, job.dst, job.size);
     if (got != want) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "checksum mismatch (crc32 %08x, manifest %08x)", got, want);
+      char buf[80];
+      std::snprintf(buf, sizeof buf, "checksum mismatch (%s %08x, manifest %08x)", checksum_name(opt_.checksum), got,
+                    want);
       error = files_.describe_failure(job.layer, job.expert, buf);
     }
   }

@@ -5,7 +5,7 @@
 // evicted by LRU or by frequency (LFU with the LRU order breaking ties); entries pinned from
 // a routing profile are never evicted. The budget is exceeded only when a demand request
 // needs more than the unpinned entries free (its pins), and trimmed back when they are released.
-// Failed reads (I/O error, truncation, checksum mismatch with verify) make Ref::wait raise an
+// Failed reads (I/O error, truncation, checksum mismatch unless !verify) make Ref::wait raise an
 // Error naming layer and expert; the entry is dropped, so a later request reads it again.
 #pragma once
 #include <chrono>
@@ -38,7 +38,8 @@ struct ExpertCacheOptions {
   IoEngine engine = IoEngine::Pread;
   int io_threads = 8;    // pread: demand reader threads (plus half as many low-priority
                          // prefetch readers); uring: queue depth
-  bool verify = false;   // crc32 of every record read, checked before use
+  bool verify = true;    // the checksum of every record read, checked before use
+  PackChecksum checksum = PackChecksum::Crc32c;  // the pack's (PackManifest::checksum)
   bool prefetch = true;  // the engine predicts and prefetches the next layer's experts
 };
 

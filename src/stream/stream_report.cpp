@@ -30,7 +30,7 @@ std::string format_stream_stats(const ExpertCacheStats& s, const ExpertCacheOpti
   std::snprintf(buf, sizeof buf, "expert cache: host budget %s (%s), %s I/O via %s x%d, prefetch %s%s\n",
                 human_bytes(double(s.budget_bytes)).c_str(), std::string(cache_policy_name(o.policy)).c_str(),
                 std::string(io_mode_name(o.io)).c_str(), std::string(io_engine_name(o.engine)).c_str(),
-                o.io_threads, o.prefetch ? "on" : "off", o.verify ? ", verified" : "");
+                o.io_threads, o.prefetch ? "on" : "off", o.verify ? ", records checked" : ", records not checked");
   out += buf;
   std::snprintf(buf, sizeof buf,
                 "  host tier: %llu lookups, %llu hits (%.1f%%), %llu hits in flight, %llu misses; "

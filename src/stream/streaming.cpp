@@ -90,8 +90,8 @@ uint64_t available_ram() {
 }
 
 bool wants_cache(const StreamOptions& opt) {
-  return opt.need_cache || opt.cache.io == IoMode::Direct || opt.cache.verify ||
-         opt.cache.engine == IoEngine::Uring || !opt.pin_profile.empty();
+  return opt.need_cache || opt.cache.io == IoMode::Direct || opt.cache.engine == IoEngine::Uring ||
+         !opt.pin_profile.empty();
 }
 }  // namespace
 
@@ -149,6 +149,7 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
   if (opt.budget == "auto" && !wants_cache(opt) && parse_cache_budget("auto", total) >= total) return;
   ExpertCacheOptions co = opt.cache;
   co.budget_bytes = parse_cache_budget(opt.budget, total);
+  co.checksum = man.checksum;
   m.expert_cache = std::make_unique<ExpertCache>(pack->dir(), man.experts, co);
   ExpertCache& cache = *m.expert_cache;
   // Repack: each record is rewritten into the group-lane layout as it is read, on the reader's
@@ -189,7 +190,7 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
 }
 
 std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt) {
-  auto m = load_model(dir, pack_map_mode(dir, opt), opt.repack);
+  auto m = load_model(dir, pack_map_mode(dir, opt), opt.repack, opt.cache.verify);
   attach_expert_streaming(*m, opt);
   if (opt.mlock_dense) {
     auto* pack = dynamic_cast<PackStore*>(m->store.get());

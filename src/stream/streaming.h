@@ -53,7 +53,8 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt);
 // else Map.
 MapMode pack_map_mode(const std::string& dir, const StreamOptions& opt);
 
-// load_model (pack_map_mode) + attach_expert_streaming + --mlock.
+// load_model (pack_map_mode; a resident copy's expert records checked when opt.cache.verify)
+// + attach_expert_streaming + --mlock.
 std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt);
 
 }  // namespace moeflux

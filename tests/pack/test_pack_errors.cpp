@@ -81,9 +81,9 @@ TEST_F(PackErrors, MissingExpertFile) {
 }
 
 TEST_F(PackErrors, WrongVersion) {
-  edit_manifest("\"version\": 1", "\"version\": 2");
-  expect_open_fails("unsupported pack version 2");
-  expect_fail("inspect " + pack_, "unsupported pack version 2");
+  edit_manifest("\"version\": 2", "\"version\": 3");
+  expect_open_fails("unsupported pack version 3");
+  expect_fail("inspect " + pack_, "unsupported pack version 3");
 }
 
 TEST_F(PackErrors, WrongFormatName) {

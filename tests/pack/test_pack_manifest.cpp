@@ -59,6 +59,14 @@ TEST(PackManifest, RoundTrips) {
   EXPECT_EQ(b.experts[0].layouts, a.experts[0].layouts);
   EXPECT_EQ(b.experts[0].records[1].crc32, 98u);
   EXPECT_EQ(b.config, a.config);
+  EXPECT_EQ(b.version, 2);
+  EXPECT_EQ(b.checksum, PackChecksum::Crc32c);
+  PackManifest old = sample();  // version 1: zlib's CRC-32
+  old.version = 1;
+  old.checksum = PackChecksum::Crc32;
+  const PackManifest c = parse_pack_manifest(pack_manifest_to_json(old), "m.json");
+  EXPECT_EQ(c.version, 1);
+  EXPECT_EQ(c.checksum, PackChecksum::Crc32);
 }
 
 TEST(PackManifest, RuntimeConfigCarriesQuantisation) {
@@ -76,7 +84,9 @@ TEST(PackManifest, RejectsBadFields) {
   expect_error(with("\"bits\": 4", "\"bits\": 7"), "unsupported bits 7");
   expect_error(with("\"model_type\": \"mixtral\"", "\"model_type\": \"qwen3_moe\""), "does not match architecture");
   expect_error(with("\"offset\": 256", "\"offset\": 128"), "overlap");
-  expect_error(with("\"checksum\": \"crc32\"", "\"checksum\": \"md5\""), "unsupported checksum");
+  expect_error(with("\"checksum\": \"crc32c\"", "\"checksum\": \"md5\""), "unsupported checksum 'md5'");
+  expect_error(with("\"checksum\": \"crc32c\"", "\"checksum\": \"crc32\""), "version 2 packs use crc32c");
+  expect_error(with("\"version\": 2", "\"version\": 0"), "unsupported pack version 0");
   expect_error("[]", "not a JSON object");
 }
 

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/crc32.h"
 #include "core/error.h"
 #include "stream/expert_cache.h"
 #include "stream/routing_profile.h"
@@ -24,7 +23,7 @@ uint8_t pattern(int layer, int e, size_t i) { return uint8_t((layer * 31 + e * 7
 struct Files {
   test::TempDir dir{test::scratch_dir()};
   std::vector<ExpertLayer> layers;
-  explicit Files(int n = 6) {
+  explicit Files(int n = 6, PackChecksum kind = PackChecksum::Crc32c) {
     std::filesystem::create_directories(dir.file("experts"));
     for (int l = 0; l < 2; ++l) {
       ExpertLayer el;
@@ -38,7 +37,7 @@ struct Files {
         PackRecord rec;
         rec.offset = bytes.size();
         rec.size = kRec;
-        rec.crc32 = crc32_of(reinterpret_cast<const uint8_t*>(r.data()), r.size());
+        rec.crc32 = checksum_of(kind, reinterpret_cast<const uint8_t*>(r.data()), r.size());
         el.records.push_back(rec);
         bytes += r;
       }
@@ -189,26 +188,41 @@ TEST(ExpertCache, PermanentPinsAreNeverEvicted) {
   EXPECT_EQ(c.stats().misses, misses + 1);
 }
 
+void put_byte(const std::string& file, uint64_t at, uint8_t v) {
+  std::fstream s(file, std::ios::binary | std::ios::in | std::ios::out);
+  s.seekp(std::streamoff(at));
+  s.put(char(v));
+}
+
+// Records are checked by default, with the checksum kind of the pack's version; a damaged
+// record fails its request and is not kept, so once the file is repaired it reads fine.
 TEST(ExpertCache, VerifyDetectsACorruptedRecord) {
-  Files f;
-  {
-    std::fstream s(f.dir.file(f.layers[0].file), std::ios::binary | std::ios::in | std::ios::out);
-    s.seekp(std::streamoff(2 * kRec + 100));
-    s.put(char(pattern(0, 2, 100) ^ 0x55));
+  for (PackChecksum kind : {PackChecksum::Crc32c, PackChecksum::Crc32}) {
+    SCOPED_TRACE(checksum_name(kind));
+    Files f(6, kind);
+    const std::string file = f.dir.file(f.layers[0].file);
+    put_byte(file, 2 * kRec + 100, pattern(0, 2, 100) ^ 0x55);
+    ExpertCacheOptions o = opts(4);
+    o.checksum = kind;
+    ASSERT_TRUE(o.verify);  // the default
+    ExpertCache c(f.dir.path(), f.layers, o);
+    try {
+      touch(c, 0, 2);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 0 expert 2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("checksum mismatch (") + checksum_name(kind) + " "),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(touch(c, 0, 1));  // other records are fine
+    put_byte(file, 2 * kRec + 100, pattern(0, 2, 100));
+    EXPECT_TRUE(touch(c, 0, 2));  // the failed read was not cached
+    put_byte(file, 2 * kRec + 100, pattern(0, 2, 100) ^ 0x55);
+    o.verify = false;
+    ExpertCache unverified(f.dir.path(), f.layers, o);
+    EXPECT_FALSE(touch(unverified, 0, 2));  // wrong bytes, no check
   }
-  ExpertCacheOptions o = opts(4);
-  o.verify = true;
-  ExpertCache c(f.dir.path(), f.layers, o);
-  try {
-    touch(c, 0, 2);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 0 expert 2"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
-  }
-  EXPECT_TRUE(touch(c, 0, 1));  // other records are fine
-  ExpertCache unverified(f.dir.path(), f.layers, opts(4));
-  EXPECT_FALSE(touch(unverified, 0, 2));  // wrong bytes, no check
 }
 
 TEST(ExpertCache, FaultHookFailsThatReadAndTheNextRequestRetries) {

@@ -1,7 +1,7 @@
 // Faults while a model streams experts: an expert file that becomes unreadable or truncated
 // mid-run fails that forward pass with a message naming the layer and expert; once the file is
-// back the same session continues exactly as an undisturbed one. --verify-experts catches a
-// corrupted record before use.
+// back the same session continues exactly as an undisturbed one. A corrupted record is caught
+// before use (by default), at load for a resident copy, as it is read for the expert cache.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -102,33 +102,79 @@ TEST(StreamFaults, InjectedReadErrorNamesLayerAndExpert) {
   EXPECT_EQ(test::first_difference(got, clean_logits(pack, first, second)), -1);
 }
 
+// Flips two bytes of every record of the pack's first MoE layer, so whatever the routing, a
+// damaged record is needed; returns that layer's number.
+int64_t damage_first_layer(const std::string& pack) {
+  const PackManifest man = PackStore::open(pack)->manifest();
+  std::fstream f(pack + "/" + man.experts[0].file, std::ios::binary | std::ios::in | std::ios::out);
+  for (const auto& r : man.experts[0].records) {
+    f.seekp(std::streamoff(r.offset + 64));
+    f.put('\x5a');
+    f.put('\xa5');
+  }
+  return man.experts[0].layer;
+}
+
+// Records are checked by default: a resident copy at load, the expert cache as it reads.
 TEST(StreamFaults, VerifyCatchesACorruptedRecordBeforeUse) {
   test::TempDir dir(test::scratch_dir());
   const std::string pack = private_pack(dir, "mixtral/q4");
   const auto ids = golden_ids("mixtral/q4");
-  auto probe = load_model(pack);
-  const PackManifest& man = dynamic_cast<const PackStore&>(*probe->store).manifest();
-  // Damage every record of the first MoE layer, so whatever the routing one is read.
-  const std::string file = pack + "/" + man.experts[0].file;
-  {
-    std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
-    for (const auto& r : man.experts[0].records) {
-      f.seekp(std::streamoff(r.offset + 64));
-      f.put('\x5a');
-      f.put('\xa5');
-    }
-  }
+  const std::string where = "layer " + std::to_string(damage_first_layer(pack)) + " expert ";
   StreamOptions o;
-  o.cache.verify = true;
+  ASSERT_TRUE(o.cache.verify);
+  ASSERT_EQ(pack_map_mode(pack, o), MapMode::Resident);
+  try {
+    load_model(pack, o);
+    ADD_FAILURE() << "a damaged resident pack loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert record damaged: " + where + "0: checksum mismatch"),
+              std::string::npos)
+        << e.what();
+  }
+  o.budget = "30%";
   auto m = load_model(pack, o);
+  ASSERT_TRUE(m->expert_cache);
   Session s(*m);
   const std::string err = error_of(s, ids);
+  EXPECT_NE(err.find("checksum mismatch (crc32c "), std::string::npos) << err;
+  EXPECT_NE(err.find(where), std::string::npos) << err;
+  o.cache.verify = false;  // opted out, the damaged weights are used silently
+  for (const std::string budget : {"auto", "30%"}) {
+    o.budget = budget;
+    auto unchecked = load_model(pack, o);
+    Session s2(*unchecked);
+    EXPECT_NO_THROW(s2.forward(ids)) << budget;
+  }
+}
+
+// A record that fails its check is not kept: once the file is repaired the same session goes
+// on exactly as an undisturbed one.
+TEST(StreamFaults, ACorruptedRecordDoesNotPoisonTheCache) {
+  test::TempDir dir(test::scratch_dir());
+  const std::string pack = private_pack(dir, "qwen3_moe/q4");
+  const auto ids = golden_ids("qwen3_moe/q4");
+  const std::vector<int32_t> first(ids.begin(), ids.begin() + 6), second(ids.begin() + 6, ids.end());
+  StreamOptions o;
+  o.budget = "1";  // every record is read for every pass
+  o.repack = Repack::Off;
+  auto m = load_model(pack, o);
+  Session s(*m);
+  s.forward(first);
+  const PackManifest& man = dynamic_cast<const PackStore&>(*m->store).manifest();
+  const std::string file = pack + "/" + man.experts[0].file;
+  const std::string saved = slurp(file);
+  const std::string where = "layer " + std::to_string(damage_first_layer(pack)) + " expert ";
+  m->expert_cache->reset_stats();
+  const std::string err = error_of(s, second);
+  EXPECT_NE(err.find(where), std::string::npos) << err;
   EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << err;
-  EXPECT_NE(err.find("layer " + std::to_string(man.experts[0].layer) + " expert "), std::string::npos) << err;
-  o.cache.verify = false;  // without the check the damaged weights are used silently
-  auto unchecked = load_model(pack, o);
-  Session s2(*unchecked);
-  EXPECT_NO_THROW(s2.forward(ids));
+  EXPECT_GT(m->expert_cache->stats().failures, 0u);
+  EXPECT_EQ(s.pos(), int64_t(first.size()));
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << saved;
+  std::vector<float> got;
+  ASSERT_NO_THROW(got = s.forward(second));
+  EXPECT_EQ(test::first_difference(got, clean_logits(pack, first, second)), -1);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "format/pack_check.h"
 #include "format/pack_store.h"
 
 namespace moeflux {
@@ -46,11 +47,13 @@ std::vector<std::string> supported_architectures() {
   return v;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode, Repack repack) {
+std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode, Repack repack, bool verify_experts) {
   auto m = std::make_unique<Model>();
   std::unique_ptr<PackStore> pack;
   if (is_pack_dir(dir)) {
     pack = PackStore::open(dir, pack_mode);
+    check_dense_tensors(*pack);
+    if (verify_experts && pack_mode == MapMode::Resident) check_expert_records(*pack);
     m->cfg = pack->model_config();
   } else {
     m->cfg = load_model_config(dir);
