@@ -46,7 +46,7 @@ class BadInput : public ::testing::Test {
   std::string model_;
 };
 
-TEST_F(BadInput, MissingDirectory) { expect_failure("config.json: cannot open", "1", tmp_.file("none")); }
+TEST_F(BadInput, MissingDirectory) { expect_failure("none: no such directory", "1", tmp_.file("none")); }
 
 TEST_F(BadInput, TruncatedWeights) {
   fs::resize_file(file(), fs::file_size(file()) / 2);
