@@ -22,9 +22,13 @@ thread_local bool t_in_pool_task = false;
 // thread with work may need).
 constexpr int kSpinIters = 20000, kNarrowSpinIters = 200;
 constexpr int64_t kStallNs = int64_t(ThreadPool::kStallUs) * 1000;
-// The quiet spell before a narrowed pool widens again: doubled by each stall soon after a
-// rise, back to the least after kQuietResetNs without a stall.
+// The quiet spell before a narrowed pool widens again: doubled by each narrowing soon after a
+// rise, back to the least after kQuietResetNs without one.
 constexpr int64_t kQuietMinNs = 20'000'000, kQuietMaxNs = 2'000'000'000, kQuietResetNs = 5'000'000'000;
+// A bad region (stalled or underfilled) adds kBadScore, a good one takes 1 off; the pool
+// narrows at kNarrowScore (at once on a stall): it narrows where more than about a fifth of
+// the regions go badly, not on a rare late thread.
+constexpr int kBadScore = 4, kNarrowScore = 8;
 
 std::atomic<bool> g_profiling{false};
 std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0}, g_tail_ns{0}, g_slept{0}, g_worker_sleeps{0},
@@ -119,6 +123,12 @@ int64_t ThreadPool::done_by_workers(uint64_t generation) const {
   return sum;
 }
 
+int ThreadPool::participants(uint64_t generation) const {
+  int n = 0;
+  for (size_t w = 0; w < workers_.size(); ++w) n += done_[w].generation.load(std::memory_order_relaxed) == generation;
+  return n;
+}
+
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
@@ -167,18 +177,24 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
-void ThreadPool::adapt_width(bool stalled) {
+void ThreadPool::adapt_width(bool bad, bool stalled) {
   const int64_t now = now_ns();
   const int w = width_.load(std::memory_order_relaxed);
-  int to = w;
-  if (stalled) {
-    quiet_ns_ = now - raise_at_ < 2 * quiet_ns_ ? std::min(2 * quiet_ns_, kQuietMaxNs) : kQuietMinNs;
-    last_stall_ = now;
-    if (w > 1) to = w - 1, raise_at_ = now + quiet_ns_;
-  } else if (w < running() && now >= raise_at_) {
-    to = w + 1, raise_at_ = now;
+  if (bad) {
+    score_ += stalled ? kNarrowScore : kBadScore;
+  } else if (score_ > 0) {
+    --score_;
   }
-  if (now - last_stall_ >= kQuietResetNs) quiet_ns_ = kQuietMinNs;
+  int to = w;
+  if (score_ >= kNarrowScore && w > 1) {
+    quiet_ns_ = now - last_raise_ < 2 * quiet_ns_ ? std::min(2 * quiet_ns_, kQuietMaxNs) : kQuietMinNs;
+    last_narrow_ = now, next_raise_ = now + quiet_ns_;
+    to = w - 1, score_ = 0;
+  } else if (!bad && w < running() && now >= next_raise_) {
+    // One bad region soon after a rise narrows again.
+    last_raise_ = now, to = w + 1, score_ = kNarrowScore - kBadScore;
+  }
+  if (now - last_narrow_ >= kQuietResetNs) quiet_ns_ = kQuietMinNs;
   if (to == w) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -194,7 +210,7 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   mult = std::max<int64_t>(1, mult);
   std::unique_lock<std::mutex> run_lock(run_mu_, std::try_to_lock);
   const bool can_share = !workers_.empty() && n > grain && !t_in_pool_task && run_lock.owns_lock();
-  if (can_share && width_.load(std::memory_order_relaxed) == 1) adapt_width(false);  // time to widen?
+  if (can_share && width_.load(std::memory_order_relaxed) == 1) adapt_width(false, false);  // time to widen?
   if (!can_share || width_.load(std::memory_order_relaxed) == 1) {
     // Inline: one thread gains nothing from short chunks (guided: one chunk).
     const int64_t step = guided_div ? n : grain;
@@ -225,7 +241,7 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
     published_.store(gen, std::memory_order_release);
   }
   start_cv_.notify_all();  // no system call when every worker is spinning
-  const int64_t need = chunks_ - take_chunks();
+  const int64_t own = take_chunks(), need = chunks_ - own;
   const int64_t t_own = now_ns();
   // Poll for the workers' last chunks up to kStallUs, then sleep: a chunk still running
   // by then is on a thread that lost its CPU, and a polling caller would keep it off this one.
@@ -251,7 +267,11 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   const int64_t t1 = now_ns();
   const bool stalled = (t1 - t_own >= kStallNs && t1 - t_own > 2 * (t_own - t0)) ||
                        g_item_stalls.load(std::memory_order_relaxed) != item_stalls;
-  adapt_width(stalled);
+  // Underfilled: enough chunks for two each, yet at most half the threads took any (the
+  // others were off their CPUs, or the caller was while a worker ran them all).
+  const int w = width_.load(std::memory_order_relaxed);
+  const bool underfilled = chunks_ >= 2 * w && 2 * (participants(gen) + (own > 0 ? 1 : 0)) <= w;
+  adapt_width(stalled || underfilled, stalled);
   if (prof) {
     g_regions.fetch_add(1, std::memory_order_relaxed), g_region_ns.fetch_add(uint64_t(t1 - t0), std::memory_order_relaxed);
     g_tail_ns.fetch_add(uint64_t(t1 - t_own), std::memory_order_relaxed);

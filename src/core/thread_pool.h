@@ -63,9 +63,10 @@ class ThreadPool {
   int size() const { return size_; }
   // Threads that run chunks, the caller included.
   int running() const { return int(workers_.size()) + 1; }
-  // Threads taking part in regions now (1 to running()). A stalled region lowers it by one;
-  // it rises again by one after a quiet spell that doubles with each stall that follows a rise
-  // (up to ~2 s) and resets after a few seconds without stalls.
+  // Threads taking part in regions now (1 to running()). It drops by one after a stalled
+  // region, or where regions keep going badly (at most half the threads took chunks of a
+  // region that had two for each), and rises by one after a quiet spell that doubles with each
+  // drop soon after a rise (20 ms to ~2 s) and resets after a few seconds without drops.
   int width() const { return width_.load(std::memory_order_relaxed); }
 
   // Profiling of every pool (off by default: it reads the clock around every chunk).
@@ -112,7 +113,8 @@ class ThreadPool {
   int64_t take_chunks();
   int64_t done_by_workers(uint64_t generation) const;
   void worker_loop(int index);
-  void adapt_width(bool stalled);
+  int participants(uint64_t generation) const;  // workers that ran chunks of the job
+  void adapt_width(bool bad, bool stalled);
   static void wait_slow(bool (*ready)(void*), void* ctx);
 
   // Per worker, on a cache line of its own: the chunks it ran of job `generation` (chunks
@@ -137,7 +139,8 @@ class ThreadPool {
   // Workers [0, active_) take part in jobs; the others sleep on park_cv_. Under mu_.
   int active_ = 0;
   // Width adaptation, the caller's only (steady clock, ns).
-  int64_t raise_at_ = 0, last_stall_ = 0, quiet_ns_ = 0;
+  int64_t last_raise_ = 0, last_narrow_ = 0, next_raise_ = 0, quiet_ns_ = 0;
+  int score_ = 0;
 
   // The current job (written before published_ is bumped). A claim is one fetch_add on
   // ticket_, which the caller sets to kTicketEnd - chunks: a value below kTicketEnd is chunk
