@@ -32,7 +32,7 @@ constexpr int kBadScore = 4, kNarrowScore = 8;
 
 std::atomic<bool> g_profiling{false};
 std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0}, g_tail_ns{0}, g_slept{0}, g_worker_sleeps{0},
-    g_stalls{0};
+    g_stalls{0}, g_inline_regions{0};
 // Bumped by every wait_until that stalled; a region that sees it change stalled.
 std::atomic<uint64_t> g_item_stalls{0};
 
@@ -46,10 +46,12 @@ int64_t now_ns() {
 void ThreadPool::set_profiling(bool on) { g_profiling.store(on); }
 PoolProfile ThreadPool::profile() {
   return PoolProfile{g_regions.load(),         double(g_region_ns.load()) * 1e-9, double(g_busy_ns.load()) * 1e-9,
-                     double(g_tail_ns.load()) * 1e-9, g_slept.load(), g_worker_sleeps.load(), g_stalls.load()};
+                     double(g_tail_ns.load()) * 1e-9, g_slept.load(), g_worker_sleeps.load(), g_stalls.load(),
+                     g_inline_regions.load()};
 }
 void ThreadPool::reset_profile() {
   g_regions = 0, g_region_ns = 0, g_busy_ns = 0, g_tail_ns = 0, g_slept = 0, g_worker_sleeps = 0, g_stalls = 0;
+  g_inline_regions = 0;
 }
 
 ThreadPool::ThreadPool(int n_threads, int max_running) : size_(n_threads) {
@@ -211,10 +213,19 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   std::unique_lock<std::mutex> run_lock(run_mu_, std::try_to_lock);
   const bool can_share = !workers_.empty() && n > grain && !t_in_pool_task && run_lock.owns_lock();
   if (can_share && width_.load(std::memory_order_relaxed) == 1) adapt_width(false, false);  // time to widen?
-  if (!can_share || width_.load(std::memory_order_relaxed) == 1) {
-    // Inline: one thread gains nothing from short chunks (guided: one chunk).
+  const bool narrowed = can_share && width_.load(std::memory_order_relaxed) == 1;
+  if (!can_share || narrowed) {
+    // Inline: one thread gains nothing from short chunks (guided: one chunk). A region the
+    // narrowed pool runs here still counts as one.
+    const bool prof = narrowed && g_profiling.load(std::memory_order_relaxed);
+    const int64_t t0 = prof ? now_ns() : 0;
     const int64_t step = guided_div ? n : grain;
     for (int64_t b = 0; b < n; b += step) fn(ctx, b, std::min(n, b + step));
+    if (prof) {
+      const uint64_t dt = uint64_t(now_ns() - t0);
+      g_regions.fetch_add(1, std::memory_order_relaxed), g_inline_regions.fetch_add(1, std::memory_order_relaxed);
+      g_region_ns.fetch_add(dt, std::memory_order_relaxed), g_busy_ns.fetch_add(dt, std::memory_order_relaxed);
+    }
     return;
   }
   const bool prof = g_profiling.load(std::memory_order_relaxed);

@@ -30,17 +30,18 @@ inline void cpu_relax() {
 
 // Where parallel time goes (moeflux bench --profile): counted only while enabled.
 struct PoolProfile {
-  uint64_t regions = 0;    // parallel_for calls handed to the workers
+  uint64_t regions = 0;    // parallel_for calls with work for the workers (inline_regions included)
   double region_s = 0;     // wall time inside them, on the calling thread
   double busy_s = 0;       // time all threads spent running chunks inside them
   double tail_s = 0;       // the caller, from its last chunk to the region's end
   uint64_t slept = 0;      // regions whose caller outwaited its spin and slept on the workers
   uint64_t worker_sleeps = 0;  // times a worker outwaited its spin between jobs and slept
   uint64_t stalls = 0;     // regions that waited ThreadPool::kStallUs or more on a late thread
+  uint64_t inline_regions = 0;  // of the regions, those run on the caller alone (the pool had narrowed to 1)
 
   PoolProfile& operator+=(const PoolProfile& o) {
     regions += o.regions, region_s += o.region_s, busy_s += o.busy_s, tail_s += o.tail_s;
-    slept += o.slept, worker_sleeps += o.worker_sleeps, stalls += o.stalls;
+    slept += o.slept, worker_sleeps += o.worker_sleeps, stalls += o.stalls, inline_regions += o.inline_regions;
     return *this;
   }
 };

@@ -201,6 +201,17 @@ TEST(ThreadPool, StalledRegionNarrowsThePoolThenItWidens) {
   ThreadPool::set_profiling(false);
   EXPECT_EQ(pool.width(), 1);
   EXPECT_GE(ThreadPool::profile().stalls, 1u);
+  // Narrowed to one thread, a region runs on the caller and counts as an inline region.
+  ThreadPool::reset_profile();
+  ThreadPool::set_profiling(true);
+  std::atomic<int64_t> inline_sum{0};
+  pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { inline_sum += e - b; });
+  ThreadPool::set_profiling(false);
+  EXPECT_EQ(inline_sum.load(), 10);
+  EXPECT_EQ(ThreadPool::profile().regions, 1u);
+  if (pool.width() == 1) {  // (not widened yet: the quiet spell is 20 ms)
+    EXPECT_EQ(ThreadPool::profile().inline_regions, 1u);
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // longer than the first quiet spell
   std::atomic<int64_t> sum{0};
   std::atomic<int> width_in_region{0};
