@@ -58,6 +58,7 @@ ThreadPool::ThreadPool(int n_threads, int max_running) : size_(n_threads) {
   MF_ASSERT(n_threads >= 1 && max_running >= 0);
   const int running = std::min(n_threads, max_running > 0 ? max_running : available_cpus());
   done_ = std::make_unique<DoneSlot[]>(size_t(running));
+  blocked_.assign(size_t(running), false);
   width_.store(running), active_ = running - 1;
   workers_.reserve(size_t(running - 1));
   for (int i = 0; i + 1 < running; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -151,12 +152,13 @@ void ThreadPool::worker_loop(int index) {
       for (;;) {
         if (stop_) return;
         if (index >= active_) {
-          park_cv_.wait(lock);
+          blocked_[size_t(index)] = true, park_cv_.wait(lock);
         } else if (generation_ == seen) {
-          start_cv_.wait(lock);
+          blocked_[size_t(index)] = true, start_cv_.wait(lock);
         } else {
           break;
         }
+        blocked_[size_t(index)] = false;
       }
       p = generation_;
     }
@@ -232,8 +234,10 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   const uint64_t item_stalls = g_item_stalls.load(std::memory_order_relaxed);
   const int64_t t0 = now_ns();
   uint64_t gen = 0;
+  bool all_awake = true;  // every worker taking part was polling, none asleep on the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (int i = 0; i < active_; ++i) all_awake = all_awake && !blocked_[size_t(i)];
     fn_ = fn, ctx_ = ctx, n_ = n, grain_ = grain, guided_ = guided_div > 0;
     if (guided_) {
       bounds_.clear();
@@ -278,10 +282,11 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   const int64_t t1 = now_ns();
   const bool stalled = (t1 - t_own >= kStallNs && t1 - t_own > 2 * (t_own - t0)) ||
                        g_item_stalls.load(std::memory_order_relaxed) != item_stalls;
-  // Underfilled: enough chunks for two each, yet at most half the threads took any (the
-  // others were off their CPUs, or the caller was while a worker ran them all).
+  // Underfilled: enough chunks for two each, and every worker awake at the start, yet at most
+  // half the threads took any (the others were off their CPUs, or the caller was while a
+  // worker ran them all). A worker woken from its sleep is often too late for a short region.
   const int w = width_.load(std::memory_order_relaxed);
-  const bool underfilled = chunks_ >= 2 * w && 2 * (participants(gen) + (own > 0 ? 1 : 0)) <= w;
+  const bool underfilled = all_awake && chunks_ >= 2 * w && 2 * (participants(gen) + (own > 0 ? 1 : 0)) <= w;
   adapt_width(stalled || underfilled, stalled);
   if (prof) {
     g_regions.fetch_add(1, std::memory_order_relaxed), g_region_ns.fetch_add(uint64_t(t1 - t0), std::memory_order_relaxed);

@@ -66,7 +66,7 @@ class ThreadPool {
   int running() const { return int(workers_.size()) + 1; }
   // Threads taking part in regions now (1 to running()). It drops by one after a stalled
   // region, or where regions keep going badly (at most half the threads took chunks of a
-  // region that had two for each), and rises by one after a quiet spell that doubles with each
+  // region that had two for each, though none was asleep when it began), and rises by one after a quiet spell that doubles with each
   // drop soon after a rise (20 ms to ~2 s) and resets after a few seconds without drops.
   int width() const { return width_.load(std::memory_order_relaxed); }
 
@@ -139,6 +139,7 @@ class ThreadPool {
   std::atomic<int> width_{1};
   // Workers [0, active_) take part in jobs; the others sleep on park_cv_. Under mu_.
   int active_ = 0;
+  std::vector<bool> blocked_;  // per worker: asleep on start_cv_ or park_cv_ (under mu_)
   // Width adaptation, the caller's only (steady clock, ns).
   int64_t last_raise_ = 0, last_narrow_ = 0, next_raise_ = 0, quiet_ns_ = 0;
   int score_ = 0;
