@@ -195,8 +195,9 @@ void ThreadPool::adapt_width(bool bad, bool stalled) {
     last_narrow_ = now, next_raise_ = now + quiet_ns_;
     to = w - 1, score_ = 0;
   } else if (!bad && w < running() && now >= next_raise_) {
-    // One bad region soon after a rise narrows again.
-    last_raise_ = now, to = w + 1, score_ = kNarrowScore - kBadScore;
+    // Two bad regions soon after a rise narrow again (the first region often finds the
+    // woken worker late).
+    last_raise_ = now, to = w + 1, score_ = 0;
   }
   if (now - last_narrow_ >= kQuietResetNs) quiet_ns_ = kQuietMinNs;
   if (to == w) return;
@@ -282,12 +283,16 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   const int64_t t1 = now_ns();
   const bool stalled = (t1 - t_own >= kStallNs && t1 - t_own > 2 * (t_own - t0)) ||
                        g_item_stalls.load(std::memory_order_relaxed) != item_stalls;
-  // Underfilled: enough chunks for two each, and every worker awake at the start, yet at most
-  // half the threads took any (the others were off their CPUs, or the caller was while a
-  // worker ran them all). A worker woken from its sleep is often too late for a short region.
+  // Underfilled: enough chunks for two each, yet at most half the threads took any (the
+  // others were off their CPUs, or the caller was while a worker ran them all). A worker woken
+  // from its sleep is often late for a short region too: such regions count half.
   const int w = width_.load(std::memory_order_relaxed);
-  const bool underfilled = all_awake && chunks_ >= 2 * w && 2 * (participants(gen) + (own > 0 ? 1 : 0)) <= w;
-  adapt_width(stalled || underfilled, stalled);
+  const bool underfilled = chunks_ >= 2 * w && 2 * (participants(gen) + (own > 0 ? 1 : 0)) <= w;
+  if (underfilled && !stalled && !all_awake && (woken_underfilled_ ^= true)) {
+    adapt_width(false, false);
+  } else {
+    adapt_width(stalled || underfilled, stalled);
+  }
   if (prof) {
     g_regions.fetch_add(1, std::memory_order_relaxed), g_region_ns.fetch_add(uint64_t(t1 - t0), std::memory_order_relaxed);
     g_tail_ns.fetch_add(uint64_t(t1 - t_own), std::memory_order_relaxed);

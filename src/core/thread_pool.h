@@ -66,7 +66,7 @@ class ThreadPool {
   int running() const { return int(workers_.size()) + 1; }
   // Threads taking part in regions now (1 to running()). It drops by one after a stalled
   // region, or where regions keep going badly (at most half the threads took chunks of a
-  // region that had two for each, though none was asleep when it began), and rises by one after a quiet spell that doubles with each
+  // region that had two for each; half of those that began with a worker asleep), and rises by one after a quiet spell that doubles with each
   // drop soon after a rise (20 ms to ~2 s) and resets after a few seconds without drops.
   int width() const { return width_.load(std::memory_order_relaxed); }
 
@@ -143,6 +143,7 @@ class ThreadPool {
   // Width adaptation, the caller's only (steady clock, ns).
   int64_t last_raise_ = 0, last_narrow_ = 0, next_raise_ = 0, quiet_ns_ = 0;
   int score_ = 0;
+  bool woken_underfilled_ = false;  // toggled by each underfilled region that began with a worker asleep
 
   // The current job (written before published_ is bumped). A claim is one fetch_add on
   // ticket_, which the caller sets to kTicketEnd - chunks: a value below kTicketEnd is chunk
