@@ -270,17 +270,20 @@ Runner register_bench(CLI::App& app) {
       }
     }
     if (a->profile) {
+      const int running = cpu_thread_pool().running();  // the threads that run chunks (at most one per CPU)
       std::printf("\n| test | parallel regions / token | us / region | %% of time in regions | threads busy %% of region time "
-                  "| caller's wait, us / region | regions the caller slept in %% | worker sleeps / token |\n");
-      std::printf("|---|---|---|---|---|---|---|---|\n");
+                  "| caller's wait, us / region | regions the caller slept in %% | worker sleeps / token "
+                  "| regions stalled %% | regions on the caller alone %% |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
       for (const auto& r : rows) {
         const double tokens = r.mean * r.seconds;  // tokens over the measured runs
         const PoolProfile& p = r.pool;
         const double regions = p.regions ? double(p.regions) : 1.0;
-        std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.test.c_str(), double(p.regions) / tokens,
-                    1e6 * p.region_s / regions, 100.0 * p.region_s / r.seconds,
-                    p.region_s > 0 ? 100.0 * p.busy_s / (p.region_s * threads) : 0.0, 1e6 * p.tail_s / regions,
-                    100.0 * double(p.slept) / regions, double(p.worker_sleeps) / tokens);
+        std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.test.c_str(),
+                    double(p.regions) / tokens, 1e6 * p.region_s / regions, 100.0 * p.region_s / r.seconds,
+                    p.region_s > 0 ? 100.0 * p.busy_s / (p.region_s * running) : 0.0, 1e6 * p.tail_s / regions,
+                    100.0 * double(p.slept) / regions, double(p.worker_sleeps) / tokens,
+                    100.0 * double(p.stalls) / regions, 100.0 * double(p.inline_regions) / regions);
       }
     }
     std::printf("\nceilings measured now on %d threads (best of before and after the tests): read %.1f GB/s, FMA %.1f GFLOP/s (%s)\n", threads, bw, fma,

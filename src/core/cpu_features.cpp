@@ -152,12 +152,33 @@ std::optional<CpuIsa> cpu_isa_from_name(std::string_view s) {
 }
 
 namespace {
+// CPUs in the affinity mask (`set` receives it), else the hardware's count.
+int affinity_cpus(cpu_set_t* set) {
+  CPU_ZERO(set);
+  int allowed = 0;
+  if (sched_getaffinity(0, sizeof(*set), set) == 0) allowed = CPU_COUNT(set);
+  return allowed > 0 ? allowed : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The cgroup v2 quota in whole CPUs (rounded up), or 0 where none is set.
+int cgroup_quota_cpus() {
+  std::ifstream f("/sys/fs/cgroup/cpu.max");
+  std::string quota;
+  long long period = 0;
+  if (!(f >> quota >> period) || quota == "max" || period <= 0) return 0;
+  const long long q = std::atoll(quota.c_str());
+  return q > 0 ? int((q + period - 1) / period) : 0;
+}
+
+int count_available_cpus() {
+  cpu_set_t set;
+  const int allowed = affinity_cpus(&set), quota = cgroup_quota_cpus();
+  return quota > 0 ? std::min(allowed, quota) : allowed;
+}
+
 int count_physical_cores() {
   cpu_set_t set;
-  CPU_ZERO(&set);
-  int allowed = 0;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) allowed = CPU_COUNT(&set);
-  if (allowed <= 0) allowed = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int allowed = affinity_cpus(&set);
   // Distinct (package, core) pairs among the CPUs we may run on.
   std::set<std::pair<int, int>> cores;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
@@ -175,7 +196,12 @@ int count_physical_cores() {
 // Read once: the count opens two /sys files per CPU (~50 us on the 2-vCPU dev VM, ~125 us on
 // the 16-vCPU Xeon), and decode asks for the thread count per layer (cpu_threads()).
 int physical_core_count() {
-  static const int n = count_physical_cores();
+  static const int n = std::min(count_physical_cores(), available_cpus());
+  return n;
+}
+
+int available_cpus() {
+  static const int n = count_available_cpus();
   return n;
 }
 

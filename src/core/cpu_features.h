@@ -79,8 +79,12 @@ void set_matvec_row_spread(bool on);
 bool cpu_is_amd();
 
 // Number of physical cores this process may run on (SMT siblings counted once), read at the
-// first call.
+// first call; at most available_cpus().
 int physical_core_count();
+
+// CPUs this process may run on at once, read at the first call: those in its affinity mask,
+// fewer where a cgroup v2 quota (/sys/fs/cgroup/cpu.max) allows less CPU time (rounded up).
+int available_cpus();
 
 // Sets the level for one scope (tests, benchmarks) and restores the previous one.
 class ScopedCpuIsa {

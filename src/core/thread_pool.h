@@ -2,6 +2,11 @@
 // heads, experts); the calling thread takes part. An exception thrown by a task never
 // escapes its worker: the first one is caught and rethrown on the calling thread after all
 // chunks have stopped. Nested or concurrent calls run inline on the caller.
+//
+// The pool stays fast when it has fewer CPUs than threads (a busy machine, a thread count
+// above the core count): no more threads run than the process has CPUs, a region waits only
+// for the threads that took chunks of it, every wait is bounded before it sleeps, and a
+// region that stalls on a descheduled thread narrows the pool for a while (see width()).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -15,37 +20,55 @@
 
 namespace moeflux {
 
+// One step of a spin-wait: tells the CPU this is a polling loop (x86 PAUSE), so that a
+// sibling hyperthread runs meanwhile.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // Where parallel time goes (moeflux bench --profile): counted only while enabled.
 struct PoolProfile {
-  uint64_t regions = 0;    // parallel_for calls handed to the workers
+  uint64_t regions = 0;    // parallel_for calls with work for the workers (inline_regions included)
   double region_s = 0;     // wall time inside them, on the calling thread
   double busy_s = 0;       // time all threads spent running chunks inside them
   double tail_s = 0;       // the caller, from its last chunk to the region's end
   uint64_t slept = 0;      // regions whose caller outwaited its spin and slept on the workers
   uint64_t worker_sleeps = 0;  // times a worker outwaited its spin between jobs and slept
+  uint64_t stalls = 0;     // regions that waited ThreadPool::kStallUs or more on a late thread
+  uint64_t inline_regions = 0;  // of the regions, those run on the caller alone (the pool had narrowed to 1)
 
   PoolProfile& operator+=(const PoolProfile& o) {
     regions += o.regions, region_s += o.region_s, busy_s += o.busy_s, tail_s += o.tail_s;
-    slept += o.slept, worker_sleeps += o.worker_sleeps;
+    slept += o.slept, worker_sleeps += o.worker_sleeps, stalls += o.stalls, inline_regions += o.inline_regions;
     return *this;
   }
 };
 
 class ThreadPool {
  public:
-  // n_threads in total, the caller included (n_threads - 1 workers). PRECOND: n_threads >= 1.
-  explicit ThreadPool(int n_threads);
+  // A wait this long (us) for another thread of a region counts as a stall: that thread was
+  // descheduled (a chunk takes far less on a thread that runs).
+  static constexpr int kStallUs = 500;
+
+  // Work is split for n_threads (size(), the caller included); at most max_running of them
+  // run (0: the CPUs this process may run on, available_cpus()), so min(n_threads,
+  // max_running) - 1 workers are started. PRECOND: n_threads >= 1, max_running >= 0.
+  explicit ThreadPool(int n_threads, int max_running = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int size() const { return int(workers_.size()) + 1; }
-
-  // How long the calling thread polls for the workers' last chunks before it sleeps
-  // (default 500 us, or MOEFLUX_POOL_SPIN_US; the workers poll ~1 ms between jobs). A sleeping
-  // caller pays a wake-up (tens of us in a VM); a polling one holds its core.
-  static void set_caller_spin_us(int us);
-  static int caller_spin_us();
+  // The width work is planned for (chunk counts); the results never depend on it.
+  int size() const { return size_; }
+  // Threads that run chunks, the caller included.
+  int running() const { return int(workers_.size()) + 1; }
+  // Threads taking part in regions now (1 to running()). It drops by one after a stalled
+  // region, or where regions keep going badly (at most half the threads took chunks of a
+  // region that had two for each; half of those that began with a worker asleep), and rises by one after a quiet spell that doubles with each
+  // drop soon after a rise (20 ms to ~2 s) and resets after a few seconds without drops.
+  int width() const { return width_.load(std::memory_order_relaxed); }
 
   // Profiling of every pool (off by default: it reads the clock around every chunk).
   static void set_profiling(bool on);
@@ -53,7 +76,7 @@ class ThreadPool {
   static void reset_profile();
 
   // Calls fn(begin, end) on disjoint chunks [begin, end) covering [0, n), each at most
-  // `grain` long, and returns when all have run.
+  // `grain` long, and returns when all have run. Chunks are handed out in index order.
   template <typename F>
   void parallel_for(int64_t n, int64_t grain, F&& fn) {
     using Fn = std::remove_reference_t<F>;
@@ -72,57 +95,83 @@ class ThreadPool {
     run(n, min_grain, 2 * int64_t(size()), mult, thunk, const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
+  // Waits, inside a chunk, until ready() holds (an item of the same region that another
+  // thread runs): polls, and past kStallUs sleeps between polls and counts a stall, so that a
+  // descheduled holder gets this CPU back and the pool narrows.
+  template <typename Ready>
+  static void wait_until(Ready&& ready) {
+    for (int i = 0; i < 256; ++i, cpu_relax())
+      if (ready()) return;
+    wait_slow(+[](void* c) { return (*static_cast<std::remove_reference_t<Ready>*>(c))(); }, &ready);
+  }
+
  private:
   using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
   // guided_div 0: chunks of `grain`; else guided chunks of (n - begin) / guided_div, rounded
   // up to a multiple of mult, at least grain.
   void run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult, RangeFn fn, void* ctx);
-  bool claim(int64_t* begin, int64_t* end);  // the next chunk; false when none is left
+  // Runs chunks of the current job until none is left; returns how many this thread ran.
+  int64_t take_chunks();
+  int64_t done_by_workers(uint64_t generation) const;
   void worker_loop(int index);
-  void take_chunks();
-  bool workers_done(uint64_t generation) const;
+  int participants(uint64_t generation) const;  // workers that ran chunks of the job
+  void adapt_width(bool bad, bool stalled);
+  static void wait_slow(bool (*ready)(void*), void* ctx);
 
-  // Per worker, on a cache line of its own: the last generation it finished. The caller reads
-  // these instead of a shared countdown (on the 16-vCPU Xeon each contended read-modify-write
-  // of one line costs ~0.1-0.2 us, and a countdown makes every worker pay one in turn).
+  // Per worker, on a cache line of its own: the chunks it ran of job `generation` (chunks
+  // written first). The caller adds these up instead of sharing a countdown (each contended
+  // read-modify-write of one line costs ~0.1-0.2 us on a 16-thread Xeon) and waits for no
+  // worker that took no chunk.
   struct alignas(64) DoneSlot {
+    std::atomic<int64_t> chunks{0};
     std::atomic<uint64_t> generation{0};
   };
 
+  int size_;
   std::vector<std::thread> workers_;
   std::unique_ptr<DoneSlot[]> done_;
   std::mutex run_mu_;  // one parallel_for at a time; others run inline
   std::mutex mu_;
-  std::condition_variable start_cv_, done_cv_;
+  std::condition_variable start_cv_, park_cv_, done_cv_;
   uint64_t generation_ = 0;  // bumped per job, under mu_
   bool stop_ = false;
   std::atomic<bool> caller_waiting_{false};  // the caller sleeps on done_cv_ (workers notify it)
-  // The current job (written before generation_ is bumped): chunk i is [i * grain_, ...) or,
-  // guided, [bounds_[i], bounds_[i + 1]), laid out by the caller, so that a claim is one
-  // fetch_add on next_ (no compare-exchange retries when threads finish together).
+  std::atomic<int> width_{1};
+  // Workers [0, active_) take part in jobs; the others sleep on park_cv_. Under mu_.
+  int active_ = 0;
+  std::vector<bool> blocked_;  // per worker: asleep on start_cv_ or park_cv_ (under mu_)
+  // Width adaptation, the caller's only (steady clock, ns).
+  int64_t last_raise_ = 0, last_narrow_ = 0, next_raise_ = 0, quiet_ns_ = 0;
+  int score_ = 0;
+  bool woken_underfilled_ = false;  // toggled by each underfilled region that began with a worker asleep
+
+  // The current job (written before published_ is bumped). A claim is one fetch_add on
+  // ticket_, which the caller sets to kTicketEnd - chunks: a value below kTicketEnd is chunk
+  // (value - (kTicketEnd - chunks)) of this job, so a worker reads the job's fields only
+  // after a claim that the caller waits for (a worker that arrives late, even at a later
+  // job, takes a chunk of whatever job is current or none).
+  static constexpr int64_t kTicketEnd = int64_t(1) << 62;
   RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t n_ = 0, grain_ = 1, chunks_ = 0;
+  uint64_t job_generation_ = 0;
   bool guided_ = false;
   std::vector<int64_t> bounds_;
-  alignas(64) std::atomic<int64_t> next_{0};
+  alignas(64) std::atomic<int64_t> ticket_{kTicketEnd};
   alignas(64) std::atomic<uint64_t> published_{0};  // generation_ readable without the lock (spinning)
+  std::atomic<bool> abort_{false};                  // a chunk threw: the rest are skipped
   std::exception_ptr error_;
 };
 
-// One step of a spin-wait: tells the CPU this is a polling loop (x86 PAUSE), so that a
-// sibling hyperthread runs meanwhile.
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
+// Thread counts above this are refused (set_cpu_threads).
+inline constexpr int kMaxThreads = 512;
 
 // The pool the CPU ops use; created on first use with cpu_threads() threads.
 ThreadPool& cpu_thread_pool();
 int cpu_threads();
-// Sets the thread count of cpu_thread_pool() (default: physical cores); <= 0 means default.
-// Not to be called while ops are running.
+// Sets the thread count of cpu_thread_pool() (default: physical cores); 0 means default.
+// Raises Error for n < 0 or n > kMaxThreads; above available_cpus() it warns once on stderr
+// that only that many run at once. Not to be called while ops are running.
 void set_cpu_threads(int n);
 
 }  // namespace moeflux

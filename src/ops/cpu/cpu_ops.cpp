@@ -372,10 +372,10 @@ struct FusedExperts {
   void run(int64_t b) {
     const int64_t gu_items = n * items.blocks;
     if (b < gu_items) {
-      while (pending.load(std::memory_order_acquire) > 0) {
-        if (stopped.load(std::memory_order_acquire)) return;
-        cpu_relax();
-      }
+      ThreadPool::wait_until([&] {
+        return pending.load(std::memory_order_acquire) <= 0 || stopped.load(std::memory_order_acquire);
+      });
+      if (pending.load(std::memory_order_acquire) > 0) return;  // stopped
       try {
         const int64_t i = items.run(k, b, *xp, gu);
         if (left[i].fetch_sub(1, std::memory_order_acq_rel) == 1) {  // h_i complete: prepare it here
@@ -402,7 +402,11 @@ struct FusedExperts {
         }
       if (!ran) {
         if (stopped.load(std::memory_order_acquire)) return;
-        cpu_relax();
+        ThreadPool::wait_until([&] {
+          for (int i = 0; i < n; ++i)
+            if ((todo >> i & 1) && prepared[i].load(std::memory_order_acquire)) return true;
+          return stopped.load(std::memory_order_acquire);
+        });
       }
     }
     const float* yp[kMaxFusedExperts];
@@ -756,10 +760,9 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
       return;
     }
     // Items are handed out in order: every attention item is running or done by now.
-    while (!ready.load(std::memory_order_acquire)) {
-      if (failed.load(std::memory_order_acquire)) return;
-      cpu_relax();
-    }
+    ThreadPool::wait_until(
+        [&] { return ready.load(std::memory_order_acquire) || failed.load(std::memory_order_acquire); });
+    if (!ready.load(std::memory_order_acquire)) return;  // failed
     kn.matvec_rows(wo, px, out, at[size_t(b - n_attn)], at[size_t(b - n_attn) + 1]);
   });
 }
