@@ -35,7 +35,7 @@ void apply_behavior(const Piece& p, const std::vector<std::pair<size_t, size_t>>
 
   std::vector<Span> merged;
   switch (behavior) {
-    case Behavior::Isolated: merged = spans; break;
+    case Behavior::Isolated: merged.swap(spans); break;  // a copy here trips GCC 12 -O3 -Wfree-nonheap-object
     case Behavior::Removed:
       for (const auto& s : spans)
         if (!s.match) merged.push_back(s);

@@ -39,7 +39,8 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
 TEST(ThreadPool, GuidedChunksCoverEveryIndexOnce) {
   for (int threads : {1, 2, 3, 5})
     for (int64_t n : {0, 1, 7, 1000, 4099})
-      for (auto [min_grain, mult] : {std::pair<int64_t, int64_t>{1, 1}, {3, 1}, {8, 4}, {128, 128}, {5000, 1}}) {
+      for (auto grain : {std::pair<int64_t, int64_t>{1, 1}, {3, 1}, {8, 4}, {128, 128}, {5000, 1}}) {
+        const int64_t min_grain = grain.first, mult = grain.second;  // clang 14: no lambda capture of bindings
         ThreadPool pool(threads);
         std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
         std::atomic<int64_t> longest{0}, first_len{0};

@@ -226,7 +226,10 @@ template <typename V, bool FULL> inline V vcodes(const int* p, int nh) {
 template <typename V, bool FULL, bool PAIR> inline V lcodes(const int* p, int64_t rb, int nh) {
   if constexpr (PAIR) {
     const int* p1 = reinterpret_cast<const int*>(reinterpret_cast<const uint8_t*>(p) + rb);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(vcodes<__m128i, FULL>(p, nh)), vcodes<__m128i, FULL>(p1, nh), 1);
+    // Named first: _mm256_inserti128_si256 is a macro (clang, gcc -O0), and a template
+    // argument list's comma would split its arguments.
+    const __m128i c0 = vcodes<__m128i, FULL>(p, nh), c1 = vcodes<__m128i, FULL>(p1, nh);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(c0), c1, 1);
   } else {
     return vcodes<V, FULL>(p, nh);
   }
