@@ -18,7 +18,7 @@ enum class CpuIsa : uint8_t {
   // + AVX512-VNNI: affine 4/8-bit matvec as integer dots, x per quantisation group in three
   // int8 digits (about 2^-23 of the group's largest |x| for 4-bit codes, 2^-21 for 8-bit; f32
   // rounding level: the fixture suites pass with it). The default where the CPU has it: about
-  // half the vector work per code byte (docs/benchmarks.md, seventh pass); MOEFLUX_CPU_ISA=
+  // half the vector work per code byte (a9dc2a6:docs/benchmarks.md, seventh pass); MOEFLUX_CPU_ISA=
   // avx512 keeps every dot in f32.
   Avx512Vnni,
 };
@@ -34,7 +34,7 @@ std::optional<CpuIsa> cpu_isa_from_name(std::string_view s);
 
 // Rows the AVX-512 affine matvec reads side by side (1 or 4; the result is bit-identical
 // either way), for natural rows or group-lane ones (ops/group_lanes.h). Default: 4 on AMD
-// CPUs, 1 elsewhere for natural rows, from measurements (docs/benchmarks.md, "Issue 8, fifth
+// CPUs, 1 elsewhere for natural rows, from measurements (a9dc2a6:docs/benchmarks.md, "Issue 8, fifth
 // pass"): four code streams per core decode 10-25% faster from DRAM on the Zen 5 dev VM, and
 // 5-20% slower on the Emerald Rapids Xeon; 4 for group-lane rows everywhere (spread, they
 // decoded 49.6-50.3 t/s on the Xeon against 44.0-49.0 single: fourteenth pass).
@@ -52,7 +52,7 @@ extern const int64_t codes_ahead_set, codes_ahead_alt, params_ahead_set, params_
 }  // namespace detail
 
 // Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: 2 KiB on AMD
-// CPUs (docs/benchmarks.md, fourteenth pass: the dev Zen 5 decoded 40.6-41.2 t/s at 2 KiB
+// CPUs (a9dc2a6:docs/benchmarks.md, fourteenth pass: the dev Zen 5 decoded 40.6-41.2 t/s at 2 KiB
 // against 35.2-37.5 at 4 KiB), 1.5 KiB elsewhere (thirty-first pass, paired A/Bs of Xeon
 // decode: 0.75-2 KiB alike, 4 KiB 2-3% slower, 8 KiB 5% slower). $MOEFLUX_CODES_AHEAD (bytes,
 // read at start-up) overrides; the tuning switch MOEFLUX_CODES_DISTANCE=0 takes

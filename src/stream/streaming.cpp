@@ -157,7 +157,7 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
   // rewritten once: the rewrite (~0.2 ms for a 2.65 MB Qwen3-30B expert on one dev VM thread,
   // and on the demand read's path) outweighs what the layout saves a record that is evicted
   // and read again (dev, 8 layers: a 10% cache decoded 24% slower rewriting, a warm 100% one
-  // 4% faster; docs/benchmarks.md, fifteenth pass).
+  // 4% faster; a9dc2a6:docs/benchmarks.md, fifteenth pass).
   const bool rewrite = repack_wanted(opt.repack) && (opt.repack == Repack::On || co.budget_bytes >= total);
   std::vector<const MoeFfn*> by_layer(man.experts.size(), nullptr);  // the block of each expert layer
   MoeFfn* prev = nullptr;

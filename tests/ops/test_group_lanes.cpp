@@ -195,7 +195,7 @@ TEST(GroupLanes, IntegerPrepareInPiecesIsTheWholePrepare) {
     if (isa > cpu_isa_detected()) continue;
     ++levels;
     const cpu::Kernels& k = isa == CpuIsa::Avx2 ? cpu::kernels_avx2() : cpu::kernels_avx512_vnni();
-    // AVX-512 VNNI prepares whole: its pieces were no faster on the Xeon (docs/benchmarks.md,
+    // AVX-512 VNNI prepares whole: its pieces were no faster on the Xeon (a9dc2a6:docs/benchmarks.md,
     // twenty-eighth pass).
     if (!k.prepare_layout) continue;
     ASSERT_TRUE(k.prepare_groups);

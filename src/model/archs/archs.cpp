@@ -24,7 +24,7 @@ const std::pair<const char*, ArchBuilder> kArchs[] = {
 }  // namespace
 
 // Auto: where the CPU level in use reads the layout natively and gains by it: the integer
-// matvecs of AVX-512 VNNI, and of AVX2 on AMD CPUs (measured, docs/benchmarks.md twenty-first
+// matvecs of AVX-512 VNNI, and of AVX2 on AMD CPUs (measured, a9dc2a6:docs/benchmarks.md twenty-first
 // pass: decode +14-22% on the Zen 1 dev VM, -4% at the Xeon's AVX2 level, where natural rows'
 // per-block reduction costs less);
 // MOEFLUX_GROUP_LANES=0 / 1 (a developer knob for A/Bs, read once) overrides.

@@ -2,7 +2,7 @@
 // are read, kept from layer to layer instead of allocated per layer. Fresh vectors per layer cost
 // the calling thread a fill and, in a VM, page faults while the workers waited: a prefill on
 // the 2-vCPU dev VM spent 17 ms a layer faulting in its attention's 6 MB once the MoE buffers
-// were kept and no longer freed space for them (docs/benchmarks.md, issue 8 eleventh pass).
+// were kept and no longer freed space for them (a9dc2a6:docs/benchmarks.md, issue 8 eleventh pass).
 #pragma once
 #include <cstddef>
 #include <vector>

@@ -50,7 +50,7 @@ SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to, bool lan
 }
 
 // Decode runs experts and combine fused (swiglu_experts_combined) on 8 threads or more. Paired
-// A/Bs (docs/benchmarks.md, thirty-first pass): fused is ~1.5% faster on the 16-thread Xeon
+// A/Bs (a9dc2a6:docs/benchmarks.md, thirty-first pass): fused is ~1.5% faster on the 16-thread Xeon
 // and ~3.7% slower on the 2-thread dev VM, where region hand-offs are cheap and the fused down
 // blocks' short runs stream worse; the cut at 8 lies between the two machines.
 // MOEFLUX_FUSED_EXPERTS=0 / 1 forces it; both give the same bits. The tuning switch
@@ -67,7 +67,7 @@ bool fused_experts() {
 
 // The calling thread's batch buffers (model/blocks/batch_buffers.h): the experts' outputs and
 // their gathered inputs. Zero-filled vectors per layer were serial time on the calling thread
-// (Xeon pp128, 16 layers: 212-246 -> 295-340 t/s; docs/benchmarks.md, issue 8 eleventh pass).
+// (Xeon pp128, 16 layers: 212-246 -> 295-340 t/s; a9dc2a6:docs/benchmarks.md, issue 8 eleventh pass).
 thread_local std::vector<float> t_expert_out, t_expert_in;
 
 // Distinct ids of a routing, ascending.

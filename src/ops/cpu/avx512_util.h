@@ -6,7 +6,7 @@
 // v, pinned in a register: the compiler otherwise folds a load of codes into each instruction
 // that uses them (the AND and the shift of a 4-bit chunk: two loads of the same line). Reading
 // each 64-byte line of codes from DRAM twice ran a 4-row loop at 25 vs 41 GB/s on one dev Zen 5
-// core (docs/benchmarks.md, tenth pass).
+// core (a9dc2a6:docs/benchmarks.md, tenth pass).
 inline __m512i in_register(__m512i v) {
   asm("" : "+v"(v));
   return v;
@@ -75,7 +75,7 @@ inline __m512i lane_groups(int64_t gs) {
 // the range holds at least kSpreadMinBytes of codes, the four rows are r0 + k + {0, 1, 2, 3} * q
 // (q = a quarter): four sequential streams. With the single load of codes, a paired harness on
 // the dev Zen 5 gained 1-13 points of its read ceiling per op from the two together, neither
-// alone; the model's decode did not show it through the VM's noise (docs/benchmarks.md, tenth
+// alone; the model's decode did not show it through the VM's noise (a9dc2a6:docs/benchmarks.md, tenth
 // pass). Shorter quarters restart the streams too often. Each row's arithmetic is the same
 // either way.
 constexpr int64_t kSpreadMinBytes = 16 << 10;

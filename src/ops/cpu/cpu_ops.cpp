@@ -315,7 +315,7 @@ void combine_weighted(int n, const float* const* ys, const float* w, float* out,
 namespace {
 // Fused decode experts' down blocks shrink toward the region's end: on the Xeon, 16 threads,
 // 48 layers, 43.49 / 47.87 / 46.15 t/s against 41.16 / 44.75 / 44.36 with fixed 64-row blocks
-// (caller's wait 6-9 against 12-13 us a region; docs/benchmarks.md, issue 8 twelfth pass: whole
+// (caller's wait 6-9 against 12-13 us a region; a9dc2a6:docs/benchmarks.md, issue 8 twelfth pass: whole
 // processes in turn). Paired token by token in one process (bench --alternate, thirtieth pass)
 // the two measured the same (median ratio 0.9987); with the shorter prefetch distances of the
 // thirty-first pass the fixed blocks were ~1.3% slower (0.9870, faster in 111 of 320 pairs).
@@ -723,7 +723,7 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
   // att is prepared for wo in units of 16 quantisation groups (one block of the group-lane
   // layout) where the kernels prepare x in pieces: the attention item that finishes a unit's
   // last columns prepares that unit, so that no thread prepares all of att while the rest wait
-  // (7.6 us a layer on the Xeon, the o rows' start; docs/benchmarks.md, twenty-fifth pass).
+  // (7.6 us a layer on the Xeon, the o rows' start; a9dc2a6:docs/benchmarks.md, twenty-fifth pass).
   // Otherwise one unit: the item that finishes att prepares it whole.
   const bool pieces = att_pieces_switch.on() && kn.prepare_layout && kn.prepare_groups && kn.prepare_layout(wo, att, &px);
   const int64_t ucols = pieces ? 16 * wo.group_size : wo.cols, n_units = (wo.cols + ucols - 1) / ucols;

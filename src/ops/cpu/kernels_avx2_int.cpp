@@ -21,7 +21,7 @@
 // reduction across lanes (lanes_row_dot): the same integers per group, so the same bits, ~19%
 // faster on Zen 1 (tests/ops/test_group_lanes.cpp). Zen 1 issues one 128-bit integer multiply
 // a cycle, and the 6 ymm multiplies per 32 bytes of codes take >= 4.8 ns of the ~6 a step
-// takes (docs/benchmarks.md, twenty-first pass). Zen 3 (two multiply pipes) is bound by the
+// takes (a9dc2a6:docs/benchmarks.md, twenty-first pass). Zen 3 (two multiply pipes) is bound by the
 // step's ~19.5 vector ops instead; two halves run per pass over the steps to halve the loop's
 // overhead (twenty-second pass).
 #include <immintrin.h>

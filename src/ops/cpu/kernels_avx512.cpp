@@ -104,7 +104,7 @@ void dot4xt(const float* const* w, const float* const* x, int64_t n, float out[4
 // the hardware prefetchers stop. With the unrolled step (without it -O2 kept c[] on the stack:
 // a load and a store around every FMA) the router's 128 x 2048 bf16 matvec on one dev core took
 // 7.7 instead of 18.0-21.6 us in L2 and 20.1-20.9 instead of 26.0-29.1 us from DRAM
-// (docs/benchmarks.md, issue 8 twelfth pass). The sums are unchanged.
+// (a9dc2a6:docs/benchmarks.md, issue 8 twelfth pass). The sums are unchanged.
 template <DType T>
 float dense_row_dot(const uint8_t* row, const float* x, int64_t n) {
   constexpr int64_t es = T == DType::F32 ? 4 : 2;  // bytes per element
