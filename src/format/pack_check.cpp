@@ -15,20 +15,15 @@ namespace moeflux {
 
 namespace {
 
-struct Part {
-  const uint8_t* data;
-  PackProblem where;  // stored = the manifest's checksum; computed filled in on a mismatch
-};
-
 // Checks every part on up to 8 threads; raises the mismatch of the lowest index, if any.
-void check_parts(const PackStore& pack, std::vector<Part> parts, const char* what) {
+void check_parts(const PackStore& pack, std::vector<PackPart> parts, const char* what) {
   const PackChecksum kind = pack.manifest().checksum;
   std::atomic<size_t> next{0};
   std::mutex mu;
   size_t bad = parts.size();
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < parts.size();) {
-      Part& p = parts[i];
+      PackPart& p = parts[i];
       const uint32_t got = checksum_of(kind, p.data, p.where.nbytes);
       if (got == p.where.stored) continue;
       std::lock_guard lock(mu);
@@ -55,28 +50,8 @@ void check_parts(const PackStore& pack, std::vector<Part> parts, const char* wha
 
 }  // namespace
 
-void check_dense_tensors(const PackStore& pack) {
-  const PackManifest& m = pack.manifest();
-  std::vector<Part> parts;
-  parts.reserve(m.dense.size());
-  for (const auto& t : m.dense)
-    parts.push_back({pack.dense_map().data() + t.offset,
-                     {"dense tensor '" + t.name + "'", m.dense_file, t.offset, t.nbytes, t.crc32, 0, m.checksum}});
-  check_parts(pack, std::move(parts), "dense weights");
-}
+void check_dense_tensors(const PackStore& pack) { check_parts(pack, dense_parts(pack), "dense weights"); }
 
-void check_expert_records(const PackStore& pack) {
-  const PackManifest& m = pack.manifest();
-  std::vector<Part> parts;
-  for (size_t li = 0; li < m.experts.size(); ++li) {
-    const ExpertLayer& l = m.experts[li];
-    for (size_t e = 0; e < l.records.size(); ++e) {
-      const PackRecord& r = l.records[e];
-      parts.push_back({pack.layer_map(li).data() + r.offset,
-                       {cat("layer ", l.layer, " expert ", e), l.file, r.offset, r.size, r.crc32, 0, m.checksum}});
-    }
-  }
-  check_parts(pack, std::move(parts), "expert record");
-}
+void check_expert_records(const PackStore& pack) { check_parts(pack, record_parts(pack), "expert record"); }
 
 }  // namespace moeflux

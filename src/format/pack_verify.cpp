@@ -25,28 +25,40 @@ std::string PackProblem::message() const {
   return cat(what, ": checksum mismatch in ", file, " at byte offset ", offset, " (", nbytes, " bytes; ", crc, ")");
 }
 
-std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<void(uint64_t)>& on_bytes) {
+std::vector<PackPart> dense_parts(const PackStore& pack) {
   const PackManifest& m = pack.manifest();
-  std::vector<PackProblem> out;
-  for (const auto& t : m.dense) {
-    const uint8_t* p = pack.dense_map().data() + t.offset;
-    const uint32_t c = checksum_of(m.checksum, p, t.nbytes);
-    pack.dense_map().drop_pages(p, t.nbytes);
-    if (c != t.crc32) out.push_back({"dense tensor '" + t.name + "'", m.dense_file, t.offset, t.nbytes, t.crc32, c, m.checksum});
-    if (on_bytes) on_bytes(t.nbytes);
-  }
+  std::vector<PackPart> parts;
+  parts.reserve(m.dense.size());
+  for (const auto& t : m.dense)
+    parts.push_back({&pack.dense_map(), pack.dense_map().data() + t.offset,
+                     {"dense tensor '" + t.name + "'", m.dense_file, t.offset, t.nbytes, t.crc32, 0, m.checksum}});
+  return parts;
+}
+
+std::vector<PackPart> record_parts(const PackStore& pack) {
+  const PackManifest& m = pack.manifest();
+  std::vector<PackPart> parts;
   for (size_t li = 0; li < m.experts.size(); ++li) {
     const ExpertLayer& l = m.experts[li];
     for (size_t e = 0; e < l.records.size(); ++e) {
       const PackRecord& r = l.records[e];
-      const uint8_t* p = pack.layer_map(li).data() + r.offset;
-      const uint32_t c = checksum_of(m.checksum, p, r.size);
-      pack.layer_map(li).drop_pages(p, r.size);
-      if (c != r.crc32)
-        out.push_back({cat("layer ", l.layer, " expert ", e), l.file, r.offset, r.size, r.crc32, c, m.checksum});
-      if (on_bytes) on_bytes(r.size);
+      parts.push_back({&pack.layer_map(li), pack.layer_map(li).data() + r.offset,
+                       {cat("layer ", l.layer, " expert ", e), l.file, r.offset, r.size, r.crc32, 0, m.checksum}});
     }
   }
+  return parts;
+}
+
+std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<void(uint64_t)>& on_bytes) {
+  std::vector<PackProblem> out;
+  for (auto* list : {&dense_parts, &record_parts})
+    for (PackPart& p : list(pack)) {
+      const uint64_t n = p.where.nbytes;
+      p.where.computed = checksum_of(p.where.checksum, p.data, n);
+      p.map->drop_pages(p.data, n);
+      if (p.where.computed != p.where.stored) out.push_back(std::move(p.where));
+      if (on_bytes) on_bytes(n);
+    }
   return out;
 }
 

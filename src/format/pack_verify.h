@@ -21,6 +21,16 @@ struct PackProblem {
   std::string message() const;
 };
 
+// One checksummed part of a pack, in manifest order: a dense tensor or an expert record, its
+// bytes in `map` and its name and stored checksum in `where` (computed still 0).
+struct PackPart {
+  const MmapFile* map;
+  const uint8_t* data;
+  PackProblem where;
+};
+std::vector<PackPart> dense_parts(const PackStore& pack);
+std::vector<PackPart> record_parts(const PackStore& pack);
+
 // on_bytes(n) is called as data is checked (for progress).
 std::vector<PackProblem> verify_pack(const PackStore& pack, const std::function<void(uint64_t)>& on_bytes = {});
 
