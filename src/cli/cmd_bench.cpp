@@ -6,7 +6,7 @@
 // the FMA peak; both ceilings are measured by this run on the same threads (before and after
 // the tests; the higher value is used). The bytes per token count the weights only: at depth,
 // attention also reads the KV cache (2 x layers x kv heads x head_dim x 4 bytes a position).
-// --alternate NAME measures each test with the tuning switch NAME (core/tuning_switch.h) as set
+// --alternate NAME measures each test with the tuning switch NAME (backend/cpu/tuning_switch.h) as set
 // and flipped, in alternation (decode token by token, prefill run by run): two rows, and the
 // paired steps' ratios, which a noisy machine disturbs less than runs in separate processes.
 #include <algorithm>
@@ -19,13 +19,13 @@
 #include "cli/commands.h"
 #include "cli/compute_options.h"
 #include "cli/stream_options.h"
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "core/tuning_switch.h"
+#include "backend/cpu/tuning_switch.h"
 #include "engine/model_stats.h"
 #include "engine/session.h"
-#include "ops/cpu/ceilings.h"
+#include "backend/cpu/ceilings.h"
 #include "stream/disk_bench.h"
 #include "stream/routing_profile.h"
 #include "stream/stream_report.h"

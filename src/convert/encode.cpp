@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
-#include "ops/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_ops.h"
 
 namespace moeflux {
 

@@ -27,7 +27,7 @@ class MmapFile {
   // resident copy keeps them (dropping anonymous pages would discard the data).
   void drop_pages(const void* p, size_t n) const;
   // A resident copy made writable, so that a layout can be rewritten in place (the
-  // group-lane code layout, ops/group_lanes.h). PRECOND: resident().
+  // group-lane code layout, backend/cpu/group_lanes.h). PRECOND: resident().
   void make_writable() const;
 
  private:

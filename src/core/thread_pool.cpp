@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 
 namespace moeflux {

@@ -3,8 +3,8 @@
 
 #include "core/error.h"
 #include "core/phase_timer.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/ref/ref.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 

@@ -11,7 +11,7 @@
 #include "core/mmap_file.h"
 #include "format/config.h"
 #include "format/tensor_store.h"
-#include "ops/qweight.h"
+#include "format/qweight.h"
 
 namespace moeflux {
 
@@ -76,10 +76,10 @@ struct Model {
 };
 
 // Whether load_model rewrites a resident pack's 4-bit affine weights (group size a multiple
-// of 32) in place into the group-lane code layout (ops/group_lanes.h) that the integer
+// of 32) in place into the group-lane code layout (backend/cpu/group_lanes.h) that the integer
 // matvecs read with less vector work than file order (AVX-512 VNNI: about two thirds; AVX2: no
 // per-block reduction, ~19% faster on Zen 1). Auto: where one of those is the CPU level in use
-// (core/cpu_features.h; AVX2 on AMD CPUs only: on an Intel Xeon's AVX2 level it decoded ~4%
+// (backend/cpu/cpu_features.h; AVX2 on AMD CPUs only: on an Intel Xeon's AVX2 level it decoded ~4%
 // slower), unless MOEFLUX_GROUP_LANES=0 (=1: On). On: always (the AVX-512 and
 // AVX2 matmuls decode the layout too, group size 64 and up; the float matvecs and the other
 // kernels convert rows back as they read them). Mapped packs and checkpoints keep file order (their

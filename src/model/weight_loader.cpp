@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ops/group_lanes.h"
+#include "backend/cpu/group_lanes.h"
 
 namespace moeflux {
 

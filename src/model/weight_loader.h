@@ -11,7 +11,7 @@
 
 #include "format/config.h"
 #include "format/tensor_store.h"
-#include "ops/qweight.h"
+#include "format/qweight.h"
 
 namespace moeflux {
 
@@ -19,7 +19,7 @@ class WeightLoader {
  public:
   WeightLoader(const TensorStore& store, const ModelConfig& cfg) : store_(store), cfg_(cfg) {}
   // Eligible 4-bit weights are rewritten in place to the group-lane code layout
-  // (ops/group_lanes.h) as they are loaded. PRECOND: the store's bytes are a private,
+  // (backend/cpu/group_lanes.h) as they are loaded. PRECOND: the store's bytes are a private,
   // writable copy (a resident pack) read only by the CPU kernels.
   void use_group_lanes() { group_lanes_ = true; }
   // Tensors rewritten so far (tied ones once).

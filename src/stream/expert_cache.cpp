@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/tuning_switch.h"
+#include "backend/cpu/tuning_switch.h"
 
 namespace moeflux {
 

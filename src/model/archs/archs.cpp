@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "format/pack_check.h"
 #include "format/pack_store.h"

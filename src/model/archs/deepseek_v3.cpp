@@ -9,7 +9,7 @@
 #include "model/archs/archs.h"
 #include "model/archs/common.h"
 #include "model/blocks/mla.h"
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/ref/ref.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 

@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "model/archs/archs.h"
 #include "model/archs/common.h"
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 

@@ -6,8 +6,8 @@
 #include "core/error.h"
 #include "model/archs/archs.h"
 #include "model/archs/common.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/ref/ref.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 
