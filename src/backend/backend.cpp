@@ -27,6 +27,16 @@ const char* op_name(Op op) {
   return "?";
 }
 
+std::string Backend::fact(const std::string& key) const {
+  for (const auto& [k, v] : facts())
+    if (k == key) return v;
+  return "";
+}
+
+bool Backend::ab_switch(const std::string& name) const { fail(this->name(), " backend: no A/B switch named ", name); }
+
+void Backend::set_ab_switch(const std::string& name, bool) { fail(this->name(), " backend: no A/B switch named ", name); }
+
 void GdnState::clear() {
   std::fill(conv.begin(), conv.end(), 0.0f);
   std::fill(recurrent.begin(), recurrent.end(), 0.0f);
@@ -51,7 +61,7 @@ class HostActBuffer final : public ActBuffer {
 };
 }  // namespace
 
-void Backend::prepare_weight(QWeight&, int64_t, bool) const {}
+bool Backend::prepare_weight(QWeight&, int64_t, bool) const { return false; }
 
 RecordTransform Backend::expert_record_transform(const MoeSpec&, bool) const { return nullptr; }
 

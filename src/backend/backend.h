@@ -12,6 +12,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/act.h"
 #include "backend/blocks.h"
@@ -35,6 +37,22 @@ class Backend {
   virtual std::string describe() const = 0;
   // Whether `op` runs weights of w's format (and bit width) on this backend.
   virtual bool supports(Op op, const QWeight& w) const = 0;
+  // Facts for tables and JSON: ("isa", "avx512vnni"), ("threads", "16"), ...
+  virtual std::vector<std::pair<std::string, std::string>> facts() const { return {}; }
+  // The fact named `key`, or empty.
+  std::string fact(const std::string& key) const;
+  // The device's ceilings, measured now, for roofline percentages (moeflux bench): memory read
+  // rate (GB/s) and peak f32 FMA rate (GFLOP/s); 0 where not measured.
+  struct Ceilings {
+    double read_gbs = 0, fma_gflops = 0;
+  };
+  virtual Ceilings measure_ceilings() { return {}; }
+  // A/B levers: pairs of equivalent code paths (the same results) whose speed depends on the
+  // machine, kept so that either can be measured again (moeflux bench --alternate NAME). Their
+  // names; whether one is on; setting one (not while ops run). Error for an unknown name.
+  virtual std::vector<std::string> ab_switches() const { return {}; }
+  virtual bool ab_switch(const std::string& name) const;
+  virtual void set_ab_switch(const std::string& name, bool on);
 
   // --- Lifecycle ---
   // Whether prepare_weight rewrites weight bytes in place when it may (a loader then gives it
@@ -42,8 +60,9 @@ class Backend {
   virtual bool rewrites_weights() const { return false; }
   // Prepares a weight as a model loads: n_stack matrices of w's shape stacked from w.data (the
   // experts of a stacked tensor). rewrite: the bytes are a private writable copy not yet
-  // prepared (false: only the view is adjusted, e.g. a tied tensor's second view).
-  virtual void prepare_weight(QWeight& w, int64_t n_stack, bool rewrite) const;
+  // prepared (false: only the view is adjusted, e.g. a tied tensor's second view). Returns
+  // whether w is now in the backend's own layout.
+  virtual bool prepare_weight(QWeight& w, int64_t n_stack, bool rewrite) const;
   // The rewrite each streamed record of `moe`'s experts goes through after its read, or none.
   // all_cached: the expert cache holds every record of the pack (each is read once).
   virtual RecordTransform expert_record_transform(const MoeSpec& moe, bool all_cached) const;

@@ -127,7 +127,7 @@ struct MoeSpec {
   bool has_shared_gate = false;
   std::string prefix;  // the module, e.g. "model.layers.3.mlp"
 
-  // Streaming. With a source, expert e's bytes come from source->fetch(source_layer, ...): the
+  // Streaming. With a source, expert e's bytes come from source->acquire(source_layer, ...): the
   // pointers of experts[e] are rebased from record_base[e] onto the fetched record. `next`
   // (the following MoE layer) is prefetched with its own router applied to this layer's input.
   // Results are identical with or without a source: experts are summed in ascending id order

@@ -33,7 +33,7 @@ class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
   // Pins the given experts of source layer `layer` and starts reading those not in memory.
-  virtual std::vector<ExpertRef> fetch(int layer, std::span<const int32_t> experts) = 0;
+  virtual std::vector<ExpertRef> acquire(int layer, std::span<const int32_t> experts) = 0;
   // Starts reading experts likely needed soon (advisory).
   virtual void prefetch(int layer, std::span<const int32_t> experts) = 0;
   // Whether the op should predict and prefetch the next layer's experts.

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "backend/cpu/group_lanes.h"
+#include "format/group_lane_layout.h"
 
 namespace moeflux {
 

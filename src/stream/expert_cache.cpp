@@ -175,6 +175,22 @@ void ExpertCache::unpin(const std::shared_ptr<Entry>& e) {
 
 // ---- Requests -------------------------------------------------------------------------------
 
+namespace {
+// A cache Ref as the MoE op's ExpertRef.
+struct CacheRef final : ExpertRef::Impl {
+  explicit CacheRef(ExpertCache::Ref r) : ref(std::move(r)) {}
+  bool ready() const override { return ref.ready(); }
+  const uint8_t* wait() override { return ref.wait(); }
+  ExpertCache::Ref ref;
+};
+}  // namespace
+
+std::vector<ExpertRef> ExpertCache::acquire(int layer, std::span<const int32_t> experts) {
+  std::vector<ExpertRef> out;
+  for (Ref& r : fetch(layer, experts)) out.emplace_back(std::make_unique<CacheRef>(std::move(r)));
+  return out;
+}
+
 std::vector<ExpertCache::Ref> ExpertCache::fetch(int l, std::span<const int32_t> experts) {
   const auto& recs = files_.layer(l).records;
   std::vector<Ref> refs;

@@ -1,4 +1,4 @@
-// Optimised CPU ops (ops/cpu/cpu_ops.h) against the reference ops, at every ISA level this
+// Optimised CPU ops (backend/cpu/cpu_ops.h) against the reference ops, at every ISA level this
 // machine has (each forced in turn, so AVX2 is tested on AVX-512 machines too): every QWeight
 // format and bit width over ragged shapes, matmul over T tokens, attention, the fused expert,
 // and exact fp8 / affine decoding (the thread pool: test_thread_pool.cpp).
@@ -10,15 +10,16 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "core/tuning_switch.h"
-#include "ops/cpu/ceilings.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/kernels.h"
-#include "ops/ref/linear_attn.h"
-#include "ops/ref/ref.h"
+#include "backend/cpu/tuning_switch.h"
+#include "backend/cpu/ceilings.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kernels.h"
+#include "backend/ref/linear_attn.h"
+#include "backend/ref/ref.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
 

@@ -6,7 +6,7 @@
 // packs keep file order; expert-cache slots are rewritten as they are read.
 #include <gtest/gtest.h>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_features.h"
 #include "format/pack_store.h"
 #include "stream/expert_cache.h"
 #include "stream_test_util.h"

@@ -5,6 +5,7 @@
 // order here (Repack::Off); test_repack.cpp checks slots rewritten into the group-lane layout.
 #include <gtest/gtest.h>
 
+#include "backend/cpu/cpu_pool.h"
 #include "core/thread_pool.h"
 #include "format/pack_store.h"
 #include "stream/expert_cache.h"

@@ -1,10 +1,12 @@
 // CpuBackend: options applied once, then each op forwards to the CPU block or op.
+#include "backend/cpu/cpu_pool.h"
 #include "backend/cpu/cpu_backend.h"
 
 #include <cstdlib>
 #include <string>
 
 #include "backend/cpu/blocks_cpu.h"
+#include "backend/cpu/ceilings.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/group_lanes.h"
@@ -50,7 +52,7 @@ CpuBackend::CpuBackend(const CpuOptions& opt) : opt_(opt) {
     if (!isa) fail("unknown CPU instruction set '", opt.isa, "' (scalar, avx2, avx512, avx512vnni)");
     set_cpu_isa(*isa);
   }
-  set_cpu_threads(opt.threads);
+  if (opt.threads != 0) set_cpu_threads(opt.threads);
 }
 
 std::string CpuBackend::describe() const {
@@ -59,16 +61,46 @@ std::string CpuBackend::describe() const {
 
 bool CpuBackend::supports(Op, const QWeight&) const { return true; }
 
+std::vector<std::pair<std::string, std::string>> CpuBackend::facts() const {
+  return {{"isa", std::string(cpu_isa_name(cpu_isa()))},
+          {"threads", std::to_string(cpu_threads())},
+          {"threads_running", std::to_string(cpu_thread_pool().running())}};
+}
+
+std::vector<std::string> CpuBackend::ab_switches() const { return TuningSwitch::names(); }
+
+namespace {
+TuningSwitch& find_switch(const std::string& name) {
+  if (TuningSwitch* s = TuningSwitch::find(name)) return *s;
+  std::string all;
+  for (const std::string& n : TuningSwitch::names()) all += (all.empty() ? "" : ", ") + n;
+  fail("no A/B switch of the cpu backend named ", name, " (there are: ", all, ")");
+}
+}  // namespace
+
+bool CpuBackend::ab_switch(const std::string& name) const { return find_switch(name).on(); }
+
+void CpuBackend::set_ab_switch(const std::string& name, bool on) { find_switch(name).set(on); }
+
+Backend::Ceilings CpuBackend::measure_ceilings() {
+  // One buffer for every measurement: see bench::ReadBuffer.
+  if (!read_buffer_) read_buffer_ = std::make_shared<bench::ReadBuffer>(size_t(512) << 20);
+  const int threads = cpu_threads();
+  return {bench::read_bandwidth_gbs(*static_cast<const bench::ReadBuffer*>(read_buffer_.get()), threads),
+          bench::fma_peak_gflops(threads)};
+}
+
 bool CpuBackend::rewrites_weights() const { return repack_wanted(opt_.repack); }
 
-void CpuBackend::prepare_weight(QWeight& w, int64_t n_stack, bool rewrite) const {
-  if (!rewrites_weights() || !group_lanes_eligible(w)) return;
+bool CpuBackend::prepare_weight(QWeight& w, int64_t n_stack, bool rewrite) const {
+  if (!rewrites_weights() || !group_lanes_eligible(w)) return false;
   if (rewrite) {
     QWeight all = w;
     all.rows = w.rows * n_stack;
     to_group_lanes_in_place(all);
   }
   w.group_lanes = true;
+  return true;
 }
 
 RecordTransform CpuBackend::expert_record_transform(const MoeSpec& moe, bool all_cached) const {

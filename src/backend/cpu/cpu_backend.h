@@ -6,6 +6,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_options.h"
 
+#include <memory>
+
 namespace moeflux {
 
 class CpuBackend final : public Backend {
@@ -17,10 +19,18 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::Host; }
   std::string describe() const override;
   bool supports(Op op, const QWeight& w) const override;
+  // isa, threads (the pool's size), threads_running (those that run chunks: at most one per CPU).
+  std::vector<std::pair<std::string, std::string>> facts() const override;
+  // On as many threads as the ops use.
+  Ceilings measure_ceilings() override;
+  // The tuning switches (backend/cpu/tuning_switch.h).
+  std::vector<std::string> ab_switches() const override;
+  bool ab_switch(const std::string& name) const override;
+  void set_ab_switch(const std::string& name, bool on) override;
   const CpuOptions& options() const { return opt_; }
 
   bool rewrites_weights() const override;
-  void prepare_weight(QWeight& w, int64_t n_stack, bool rewrite) const override;
+  bool prepare_weight(QWeight& w, int64_t n_stack, bool rewrite) const override;
   RecordTransform expert_record_transform(const MoeSpec& moe, bool all_cached) const override;
 
   void embed(const QWeight& table, std::span<const int32_t> ids, Act out) override;
@@ -37,6 +47,7 @@ class CpuBackend final : public Backend {
 
  private:
   CpuOptions opt_;
+  std::shared_ptr<void> read_buffer_;  // the read ceiling's buffer, kept from one measurement to the next
 };
 
 }  // namespace moeflux

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "backend/cpu/tuning_switch.h"
+#include "core/cpu_count.h"
 
 namespace moeflux {
 
@@ -78,13 +79,6 @@ void set_matvec_row_spread(bool on);
 // measurements on both kinds of machine.
 bool cpu_is_amd();
 
-// Number of physical cores this process may run on (SMT siblings counted once), read at the
-// first call; at most available_cpus().
-int physical_core_count();
-
-// CPUs this process may run on at once, read at the first call: those in its affinity mask,
-// fewer where a cgroup v2 quota (/sys/fs/cgroup/cpu.max) allows less CPU time (rounded up).
-int available_cpus();
 
 // Sets the level for one scope (tests, benchmarks) and restores the previous one.
 class ScopedCpuIsa {

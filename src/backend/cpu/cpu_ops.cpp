@@ -1,6 +1,7 @@
 // Dispatch of the optimised CPU ops: pick the kernel table for cpu_isa() once per call,
 // prepare x once (once for several weights sharing x: matvec_multi), then split rows (or
 // heads) over the thread pool when there is enough work to pay for the hand-off.
+#include "backend/cpu/cpu_pool.h"
 #include "backend/cpu/cpu_ops.h"
 
 #include <algorithm>
@@ -528,6 +529,19 @@ void matmul_multi(int n, const QWeight* const* ws, const float* x, int64_t T, fl
       return;
     }
   const cpu::Kernels& k = kernels();
+  if (T <= kSmallBatch) {
+    // Each token prepared for the matvec kernels, and each block of rows run for every token
+    // while it is in cache: the weights are read from memory once, the dots are the
+    // matvec's (integer where the CPU has them), and each token's result is its matvec's.
+    std::vector<cpu::PreparedX>& pxs = prepared_pool(size_t(T));
+    for (int64_t t = 0; t < T; ++t) cpu::prepare_for(k, *ws[0], x + t * ws[0]->cols, &pxs[size_t(t)]);
+    for_weight_rows(n, ws, T * int64_t(ws[0]->row_bytes()), [&](int i, int64_t lo, int64_t hi, int64_t) {
+      for (int64_t r = lo; r < hi; r += kSmallBatchRows)
+        for (int64_t t = 0; t < T; ++t)
+          k.matvec_rows(*ws[i], pxs[size_t(t)], ys[i] + t * ws[i]->rows, r, std::min(hi, r + kSmallBatchRows));
+    });
+    return;
+  }
   cpu::PreparedX& px = prepared_x();
   prepare_batch(k, *ws[0], x, T, &px);
   // Decoding a row costs about as much as 4 tokens' dots over it.
@@ -549,6 +563,55 @@ void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, 
   matvec(down, g, out);
 }
 
+namespace {
+// swiglu_experts_batch for experts of few tokens each, as matmul_multi's small batches: each
+// token prepared for the matvec kernels (by whichever thread takes it), then tasks of
+// kSmallBatchRows rows of one expert run for each of its tokens. at: token offsets of the
+// experts; g / u: total * hidden floats of scratch.
+void swiglu_experts_small(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
+                          const float* const* xs, const int64_t* T, const std::vector<int64_t>& at, float* g, float* u,
+                          float* const* outs) {
+  const cpu::Kernels& k = kernels();
+  const int64_t hidden = gate[0]->rows, total = at[size_t(n)];
+  std::vector<int32_t> expert_of(static_cast<size_t>(total));
+  for (int i = 0; i < n; ++i) std::fill(expert_of.begin() + at[size_t(i)], expert_of.begin() + at[size_t(i) + 1], i);
+  std::vector<cpu::PreparedX>& px = prepared_pool(size_t(total));
+  // Token j (of expert i, its tok-th) prepared for ws[i] from x_of(i, tok).
+  auto prepare = [&](const QWeight* const* ws, auto&& x_of) {
+    for_rows(total, ws[0]->cols * 8, 1, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const int i = expert_of[size_t(j)];
+        cpu::prepare_for(k, *ws[i], x_of(i, j - at[size_t(i)]), &px[size_t(j)]);
+      }
+    });
+  };
+  struct Task {
+    int i;
+    int64_t r0, r1;
+  };
+  std::vector<Task> tasks;
+  auto run_tasks = [&](int64_t rows, auto&& fn) {
+    tasks.clear();
+    for (int i = 0; i < n; ++i)
+      for (int64_t r = 0; r < rows; r += kSmallBatchRows) tasks.push_back({i, r, std::min(rows, r + kSmallBatchRows)});
+    each_item(int64_t(tasks.size()), false, [&](int64_t j) { fn(tasks[size_t(j)]); });
+  };
+  prepare(gate, [&](int i, int64_t tok) { return xs[i] + tok * gate[i]->cols; });
+  run_tasks(hidden, [&](const Task& t) {
+    for (int64_t j = at[size_t(t.i)]; j < at[size_t(t.i) + 1]; ++j) {
+      k.matvec_rows(*gate[t.i], px[size_t(j)], g + j * hidden, t.r0, t.r1);
+      k.matvec_rows(*up[t.i], px[size_t(j)], u + j * hidden, t.r0, t.r1);
+      k.swiglu(g + j * hidden + t.r0, u + j * hidden + t.r0, t.r1 - t.r0, g + j * hidden + t.r0);
+    }
+  });
+  prepare(down, [&](int i, int64_t tok) { return g + (at[size_t(i)] + tok) * hidden; });
+  run_tasks(down[0]->rows, [&](const Task& t) {
+    for (int64_t tok = 0; tok < T[t.i]; ++tok)
+      k.matvec_rows(*down[t.i], px[size_t(at[size_t(t.i)] + tok)], outs[t.i] + tok * down[t.i]->rows, t.r0, t.r1);
+  });
+}
+}  // namespace
+
 void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* const* up, const QWeight* const* down,
                           const float* const* xs, const int64_t* T, float* const* outs) {
   MF_ASSERT(n >= 1);
@@ -562,6 +625,9 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
   const int64_t hidden = gate[0]->rows, total = at[size_t(n)];
   float* g = cpu::scratch(6, size_t(total * hidden));  // gate, then h = silu(gate) * up
   float* u = cpu::scratch(7, size_t(total * hidden));
+  bool small = true;  // every expert's tokens few (a decode step of several sequences), gate and up alike
+  for (int i = 0; i < n; ++i) small = small && T[i] <= kSmallBatch && same_layout(*gate[i], *up[i]);
+  if (small) return swiglu_experts_small(n, gate, up, down, xs, T, at, g, u, outs);
   // pool[i]: expert i's x for gate (then h for down); pool[n + i]: its x for up when up's
   // layout differs from gate's (mixed quantisation), else unused.
   std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(2 * n));

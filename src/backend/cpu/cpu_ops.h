@@ -38,8 +38,14 @@ void add_scaled(float a, const float* x, float* y, int64_t n);
 // RMSNorm with the sum of squares through the ISA's dot (float reordering only). out may be x.
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 
+// Batches of at most this many tokens (a decode step of several sequences) run as one matvec
+// per token over each block of kSmallBatchRows rows while it is in cache: the matvec kernels'
+// dots (integer where the CPU has them) with the weights read from memory once, and each
+// token's result bit-identical to its own matvec.
+constexpr int64_t kSmallBatch = 16, kSmallBatchRows = 32;
+
 // y (T, w.rows) = x (T, w.cols) W^T: batched prefill / grouped experts. Each weight row is
-// decoded once for all T tokens.
+// decoded once for all T tokens (small batches: see kSmallBatch).
 void matmul(const QWeight& w, const float* x, int64_t T, float* y);
 
 // matmul of n weights over the same x (T, cols), ys[i] (T, ws[i]->rows): x prepared once when

@@ -17,7 +17,7 @@ namespace moeflux {
 enum class Repack { Off, Auto, On };
 
 struct CpuOptions {
-  int threads = 0;        // 0: the physical cores this process may run on
+  int threads = 0;        // 0: as set before (at first: the physical cores this process may run on)
   std::string isa;        // "scalar", "avx2", "avx512", "avx512vnni"; empty: the best the CPU has
   Repack repack = Repack::Auto;
 };

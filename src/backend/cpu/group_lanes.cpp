@@ -1,4 +1,5 @@
 // Conversions to and from the group-lane code layout (see group_lanes.h).
+#include "backend/cpu/cpu_pool.h"
 #include "backend/cpu/group_lanes.h"
 
 #include <algorithm>

@@ -9,24 +9,13 @@
 #pragma once
 #include <cstdint>
 
+#include "format/group_lane_layout.h"
 #include "format/qweight.h"
 
 namespace moeflux {
 
 // Whether w can take the layout: affine, 4-bit, group_size a multiple of 32.
 bool group_lanes_eligible(const QWeight& w);
-
-// Position in a group-lane row of natural code word k (n_groups groups of wg words).
-inline int64_t group_lane_word(int64_t k, int64_t n_groups, int64_t wg) {
-  const int64_t g = k / wg, t = k % wg, b = g / 16, nb = n_groups - 16 * b < 16 ? n_groups - 16 * b : 16;
-  return 16 * b * wg + t * nb + g % 16;
-}
-
-// Steps (64-byte loads of a block: word t of up to 16 groups) in a row of cols columns:
-// wg per block of 16 groups.
-inline int64_t group_lane_steps(int64_t cols, int64_t group_size) {
-  return (cols / group_size + 15) / 16 * (group_size / 8);
-}
 
 // Rows [r0, r1) of w, which is in natural order (w.group_lanes false), written to `out` (the
 // same number of bytes, row r at (r - r0) * row_bytes) in group-lane order, or the reverse

@@ -195,7 +195,7 @@ void moe(const MoeSpec& m, const float* x, int64_t T, float* out, const MoePolic
     const size_t win = m.source->window(m.source_layer);
     for (size_t i0 = 0; i0 < used.size(); i0 += win) {
       const std::span<const int32_t> part(used.data() + i0, std::min(win, used.size() - i0));
-      auto refs = m.source->fetch(m.source_layer, part);
+      auto refs = m.source->acquire(m.source_layer, part);
       if (i0 == 0 && m.source->wants_prefetch()) prefetch_next(m, x, T);
       std::vector<bool> done(part.size(), false);
       // The hits run together (one batched op), then the rest: together for one token, each
