@@ -22,6 +22,13 @@
 
 namespace moeflux {
 
+// One sequence's rows of a step's activations: rows [row0, row0 + rows) are its tokens at
+// positions pos0 .., and `state` its layer state (made by make_state of the layer's spec).
+struct SeqRows {
+  int64_t row0 = 0, rows = 0, pos0 = 0;
+  LayerState* state = nullptr;
+};
+
 // The ops, for capability queries and the op table tests.
 enum class Op : uint8_t {
   Embed, RmsNorm, Add, Rope, Matmul, GqaAttention, MlaAttention, GatedDeltaNet, SwiGlu, Moe, Logits,
@@ -86,11 +93,13 @@ class Backend {
   virtual void rope(const RopeTable& t, int64_t head_dim, int64_t pos0, Act x) = 0;
   // ys[i] (T, ws[i]->rows) = x (T, cols) W_i^T for weights sharing x.
   virtual void matmul(std::span<const QWeight* const> ws, Act x, std::span<const Act> ys) = 0;
-  // The mixers: x (T, dim) normed inputs at positions pos0 ..; out (T, dim). They append the
-  // T positions to st (made by make_state of the same spec).
-  virtual void gqa_attention(const GqaSpec& a, Act x, int64_t pos0, LayerState& st, Act out) = 0;
-  virtual void mla_attention(const MlaSpec& a, Act x, int64_t pos0, LayerState& st, Act out) = 0;
-  virtual void gated_delta_net(const GdnSpec& a, Act x, LayerState& st, Act out) = 0;
+  // The mixers: x (R, dim) normed inputs of one or more sequences (seqs: disjoint rows, in
+  // order); out (R, dim). Each sequence's rows attend to its own state, to which they are
+  // appended. The projections run once over all rows, so that a step of many sequences reads
+  // each weight once.
+  virtual void gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) = 0;
+  virtual void mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) = 0;
+  virtual void gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRows> seqs, Act out) = 0;
   // The FFNs: x (T, dim) -> out (T, dim).
   virtual void swiglu(const SwiGlu& s, Act x, Act out) = 0;
   virtual void moe(const MoeSpec& m, Act x, Act out) = 0;

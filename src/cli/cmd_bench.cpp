@@ -20,6 +20,7 @@
 #include "cli/compute_options.h"
 #include "cli/stream_options.h"
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "core/thread_pool.h"
 #include "engine/model_stats.h"
 #include "engine/engine.h"
@@ -35,7 +36,7 @@ struct BenchArgs {
   std::string model;
   int pp = 512, tg = 128, reps = 5, depth = 0;
   std::vector<int> seqs;  // --seqs: decode this many sequences together (aggregate t/s)
-  bool json = false, profile = false;
+  bool json = false, profile = false, phases = false;
   std::string alternate;
   ComputeArgs compute;
   StreamArgs stream;
@@ -91,6 +92,7 @@ Runner register_bench(CLI::App& app) {
   sub->add_flag("--json", a->json, "Print the results as JSON");
   sub->add_flag("--profile", a->profile,
                 "Also report the thread pool's parallel regions per token, how busy the threads were in them and how the caller waited for their last chunks");
+  sub->add_flag("--phases", a->phases, "Also print the wall time of each phase of the forward pass to stderr at exit");
   sub->add_option("--alternate", a->alternate,
                   "Measure each test also with this tuning switch flipped, the two runs of each repetition in "
                   "alternating order (an A/B in one process; e.g. MOEFLUX_MERGED_ROUTE; an unknown name lists them)");
@@ -102,6 +104,7 @@ Runner register_bench(CLI::App& app) {
   add_stream_options(sub, a->stream);
   return [a]() {
     a->compute.apply();
+    if (a->phases) enable_phases();
     auto model = load_model_cli(a->model, a->stream, a->compute);
     Backend& be = *model->backend;
     const bool alt = !a->alternate.empty();

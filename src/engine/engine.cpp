@@ -124,16 +124,15 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
   };
   keep_hidden(0);
   const float eps = float(c.norm_eps);
+  std::vector<SeqRows> seqs(items.size());
   for (int64_t l = 0; l < L; ++l) {
     const Layer& layer = m_.layers[size_t(l)];
     PhaseTimer pt("layer.norms");
     be.add_rms_norm(x, nullptr, layer.attn_norm.data(), eps, h);
     pt.next("layer.mixer");
-    for (size_t i = 0; i < items.size(); ++i) {
-      const int64_t T = at[i + 1] - at[i];
-      Sequence& s = *items[i].seq;
-      layer.mixer->forward(be, h.rows_at(at[i], T), s.pos(), *s.states_[size_t(l)], y.rows_at(at[i], T));
-    }
+    for (size_t i = 0; i < items.size(); ++i)
+      seqs[i] = SeqRows{at[i], at[i + 1] - at[i], items[i].seq->pos(), items[i].seq->states_[size_t(l)].get()};
+    layer.mixer->forward(be, h, seqs, y);
     pt.next("layer.norms");
     be.add_rms_norm(x, &y, layer.ffn_norm.data(), eps, h);
     pt.next("layer.ffn");

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,9 @@ class Mixer {
  public:
   virtual ~Mixer() = default;
   virtual std::unique_ptr<LayerState> make_state(const Backend& be) const = 0;
-  // x: (T, dim) normed inputs at positions pos0 .. pos0 + T - 1; out: (T, dim).
-  // Appends the T positions to `st`.
-  virtual void forward(Backend& be, Act x, int64_t pos0, LayerState& st, Act out) const = 0;
+  // x: (R, dim) normed inputs of the sequences' rows (Backend::SeqRows, each with its state of
+  // this layer); out: (R, dim). Appends each sequence's positions to its state.
+  virtual void forward(Backend& be, Act x, std::span<const SeqRows> seqs, Act out) const = 0;
 };
 
 // Channel mixing: dense MLP or mixture of experts.

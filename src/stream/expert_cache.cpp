@@ -11,18 +11,10 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "backend/cpu/tuning_switch.h"
 
 namespace moeflux {
 
 using Clock = std::chrono::steady_clock;
-
-namespace {
-// MOEFLUX_CHECK_RECORDS=0 skips the record checksum as --no-verify-experts does; a tuning switch
-// so that `moeflux bench --alternate MOEFLUX_CHECK_RECORDS` measures the check's cost in pairs
-// (docs/performance.md, "Integrity checks").
-TuningSwitch check_records_switch("MOEFLUX_CHECK_RECORDS");
-}  // namespace
 
 struct ExpertCache::Entry {
   enum class St : uint8_t { Queued, Reading, Ready, Failed };
@@ -320,7 +312,7 @@ bool ExpertCache::take_job(ReadJob* job, bool block, Queues which) {
 }
 
 void ExpertCache::finish_job(const ReadJob& job, std::string error) {
-  if (error.empty() && opt_.verify && check_records_switch.on()) {
+  if (error.empty() && opt_.verify) {
     const uint32_t want = files_.layer(job.layer).records[size_t(job.expert)].crc32;
     const uint32_t got = checksum_of(opt_.checksum, job.dst, job.size);
     if (got != want) {

@@ -4,6 +4,9 @@
 #pragma once
 #include <cstdint>
 
+#include <span>
+
+#include "backend/backend.h"
 #include "backend/blocks.h"
 #include "backend/expert_source.h"
 #include "backend/state.h"
@@ -16,6 +19,9 @@ struct MoePolicy {
 };
 
 void gqa_attention(const GqaSpec& a, const float* x, int64_t T, int64_t pos0, KvCache& kv, float* out);
+// Several sequences' rows of x (seqs: rows and KvCache states): the projections over all rows
+// at once, then each sequence's norms, RoPE, cache append and attention.
+void gqa_attention_seqs(const GqaSpec& a, const float* x, std::span<const SeqRows> seqs, float* out);
 void mla_attention(const MlaSpec& a, const float* x, int64_t T, int64_t pos0, LatentCache& lc, float* out);
 void gated_delta_net(const GdnSpec& a, const float* x, int64_t T, GdnState& s, float* out);
 // out (T, dim) = the SwiGLU MLP of each row of x.

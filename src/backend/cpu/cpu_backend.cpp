@@ -145,16 +145,21 @@ void CpuBackend::matmul(std::span<const QWeight* const> ws, Act x, std::span<con
   matmul_multi(int(ws.size()), ws.data(), x.data, x.rows, out.data());
 }
 
-void CpuBackend::gqa_attention(const GqaSpec& a, Act x, int64_t pos0, LayerState& st, Act out) {
-  cpu::gqa_attention(a, x.data, x.rows, pos0, static_cast<KvCache&>(st), out.data);
+void CpuBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
+  if (seqs.size() == 1)
+    return cpu::gqa_attention(a, x.data, x.rows, seqs[0].pos0, static_cast<KvCache&>(*seqs[0].state), out.data);
+  cpu::gqa_attention_seqs(a, x.data, seqs, out.data);
 }
 
-void CpuBackend::mla_attention(const MlaSpec& a, Act x, int64_t pos0, LayerState& st, Act out) {
-  cpu::mla_attention(a, x.data, x.rows, pos0, static_cast<LatentCache&>(st), out.data);
+// MLA and GatedDeltaNet run sequence by sequence (their projections are not yet shared).
+void CpuBackend::mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
+  for (const SeqRows& s : seqs)
+    cpu::mla_attention(a, x.row(s.row0), s.rows, s.pos0, static_cast<LatentCache&>(*s.state), out.row(s.row0));
 }
 
-void CpuBackend::gated_delta_net(const GdnSpec& a, Act x, LayerState& st, Act out) {
-  cpu::gated_delta_net(a, x.data, x.rows, static_cast<GdnState&>(st), out.data);
+void CpuBackend::gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
+  for (const SeqRows& s : seqs)
+    cpu::gated_delta_net(a, x.row(s.row0), s.rows, static_cast<GdnState&>(*s.state), out.row(s.row0));
 }
 
 void CpuBackend::swiglu(const SwiGlu& s, Act x, Act out) { cpu::swiglu(s, x.data, x.rows, out.data); }

@@ -38,9 +38,9 @@ class CpuBackend final : public Backend {
   void add(Act x, Act y) override;
   void rope(const RopeTable& t, int64_t head_dim, int64_t pos0, Act x) override;
   void matmul(std::span<const QWeight* const> ws, Act x, std::span<const Act> ys) override;
-  void gqa_attention(const GqaSpec& a, Act x, int64_t pos0, LayerState& st, Act out) override;
-  void mla_attention(const MlaSpec& a, Act x, int64_t pos0, LayerState& st, Act out) override;
-  void gated_delta_net(const GdnSpec& a, Act x, LayerState& st, Act out) override;
+  void gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
+  void mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
+  void gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
   void swiglu(const SwiGlu& s, Act x, Act out) override;
   void moe(const MoeSpec& m, Act x, Act out) override;
   void logits(const QWeight& head, Act x, float* logits) override;

@@ -107,3 +107,74 @@ void gqa_attention(const GqaSpec& a, const float* x, int64_t T, int64_t pos0, Kv
 }
 
 }  // namespace moeflux::cpu
+
+namespace moeflux::cpu {
+
+void gqa_attention_seqs(const GqaSpec& a, const float* x, std::span<const SeqRows> seqs, float* out) {
+  const int64_t qd = a.n_heads * a.head_dim, kd = a.n_kv_heads * a.head_dim;
+  const int64_t qrow = a.gated ? 2 * a.head_dim : a.head_dim;  // per head: query [, gate]
+  const int64_t R = seqs.back().row0 + seqs.back().rows;
+  struct Buffers {
+    std::vector<float> qg, k, v, q, gate, att;
+  };
+  thread_local Buffers buf;
+  float* qg = grown(buf.qg, size_t(R * a.n_heads * qrow));
+  float* kb = grown(buf.k, size_t(R * kd));
+  float* vb = grown(buf.v, size_t(R * kd));
+  float* q = grown(buf.q, size_t(R * qd));
+  float* att = grown(buf.att, size_t(R * qd));
+  float* gate = a.gated ? grown(buf.gate, size_t(R * qd)) : nullptr;
+  PhaseTimer pt("attn.qkv");
+  // The projections of every sequence's rows at once: each weight row read once per step.
+  const QWeight* ws[3] = {&a.wq, &a.wk, &a.wv};
+  float* ys[3] = {qg, kb, vb};
+  matmul_multi(3, ws, x, R, ys);
+  pt.next("attn.norm+rope");
+  // Each sequence's cache grows by its rows; row r's sequence, and its position in the cache.
+  std::vector<int32_t> seq_of(static_cast<size_t>(R));
+  std::vector<int64_t> len0(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    auto& kv = static_cast<KvCache&>(*seqs[i].state);
+    len0[i] = kv.len();
+    kv.k.resize(size_t((len0[i] + seqs[i].rows) * kd));
+    kv.v.resize(size_t((len0[i] + seqs[i].rows) * kd));
+    std::fill(seq_of.begin() + seqs[i].row0, seq_of.begin() + seqs[i].row0 + seqs[i].rows, int32_t(i));
+  }
+  for_tokens(R, (a.n_heads + a.n_kv_heads) * a.head_dim * 24, [&](int64_t r0, int64_t r1) {
+    std::vector<float> cs(static_cast<size_t>(a.rope.rot_dim));
+    for (int64_t r = r0; r < r1; ++r) {
+      const size_t i = size_t(seq_of[size_t(r)]);
+      const int64_t t = r - seqs[i].row0;
+      auto& kv = static_cast<KvCache&>(*seqs[i].state);
+      rope_angles(a.rope, seqs[i].pos0 + t, cs.data());
+      for (int64_t h = 0; h < a.n_heads; ++h) {
+        const float* src = qg + r * a.n_heads * qrow + h * qrow;
+        float* qh = q + r * qd + h * a.head_dim;
+        std::copy_n(src, a.head_dim, qh);
+        if (a.gated) std::copy_n(src + a.head_dim, a.head_dim, gate + r * qd + h * a.head_dim);
+        if (!a.q_norm.empty()) rmsnorm(qh, a.q_norm.data(), a.head_dim, a.norm_eps, qh);
+        rope_apply(qh, a.rope, cs.data());
+      }
+      float* kr = kv.k.data() + (len0[i] + t) * kd;
+      std::copy_n(kb + r * kd, kd, kr);
+      std::copy_n(vb + r * kd, kd, kv.v.data() + (len0[i] + t) * kd);
+      for (int64_t h = 0; h < a.n_kv_heads; ++h) {
+        float* kh = kr + h * a.head_dim;
+        if (!a.k_norm.empty()) rmsnorm(kh, a.k_norm.data(), a.head_dim, a.norm_eps, kh);
+        rope_apply(kh, a.rope, cs.data());
+      }
+    }
+  });
+  pt.next("attn.core+o");
+  const float scale = 1.0f / std::sqrt(float(a.head_dim));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto& kv = static_cast<const KvCache&>(*seqs[i].state);
+    attention_causal(q + seqs[i].row0 * qd, kv.k.data(), kv.v.data(), seqs[i].rows, len0[i], a.window, a.n_heads,
+                     a.n_kv_heads, a.head_dim, a.head_dim, scale, att + seqs[i].row0 * qd);
+  }
+  if (a.gated) sigmoid_gate(gate, att, R * qd);
+  matmul(a.wo, att, R, out);
+  for (std::vector<float>* v : {&buf.qg, &buf.k, &buf.v, &buf.q, &buf.gate, &buf.att}) release_if_large(*v);
+}
+
+}  // namespace moeflux::cpu

@@ -6,9 +6,9 @@ namespace moeflux {
 
 struct GatedDeltaNet : Mixer, GdnSpec {
   std::unique_ptr<LayerState> make_state(const Backend& be) const override { return be.make_state(spec()); }
-  // Recurrent over the T tokens; positions play no part.
-  void forward(Backend& be, Act x, int64_t /*pos0*/, LayerState& st, Act out) const override {
-    be.gated_delta_net(spec(), x, st, out);
+  // Recurrent over each sequence's tokens; positions play no part.
+  void forward(Backend& be, Act x, std::span<const SeqRows> seqs, Act out) const override {
+    be.gated_delta_net(spec(), x, seqs, out);
   }
   const GdnSpec& spec() const { return *this; }
 };

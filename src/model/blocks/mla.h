@@ -13,8 +13,8 @@ const char* mla_path_name(MlaPath p);
 
 struct MlaAttention : Mixer, MlaSpec {
   std::unique_ptr<LayerState> make_state(const Backend& be) const override { return be.make_state(spec()); }
-  void forward(Backend& be, Act x, int64_t pos0, LayerState& st, Act out) const override {
-    be.mla_attention(spec(), x, pos0, st, out);
+  void forward(Backend& be, Act x, std::span<const SeqRows> seqs, Act out) const override {
+    be.mla_attention(spec(), x, seqs, out);
   }
   const MlaSpec& spec() const { return *this; }
 };
