@@ -87,4 +87,9 @@ void Backend::to_host(Act x, float* out) const {
   std::copy_n(x.data, x.size(), out);
 }
 
+void Backend::from_host(const float* in, Act x) const {
+  MF_ASSERT(x.device == Device::Host);
+  std::copy_n(in, x.size(), x.data);
+}
+
 }  // namespace moeflux

@@ -80,6 +80,8 @@ class Backend {
   virtual std::unique_ptr<ActBuffer> alloc(size_t floats) const;
   // Copies x to host memory (x.size() floats).
   virtual void to_host(Act x, float* out) const;
+  // Copies x.size() floats from host memory into x.
+  virtual void from_host(const float* in, Act x) const;
 
   // --- Ops (rows of an Act are tokens) ---
   // out (T, dim) = rows ids of the embedding table.
