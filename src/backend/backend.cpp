@@ -42,6 +42,15 @@ void GdnState::clear() {
   std::fill(recurrent.begin(), recurrent.end(), 0.0f);
 }
 
+SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to) {
+  auto move = [&](QWeight w) {
+    for (const uint8_t** p : {&w.data, &w.scales, &w.biases, &w.block_scales})
+      if (*p) *p = to + (*p - from);
+    return w;
+  };
+  return SwiGlu{move(s.gate), move(s.up), move(s.down)};
+}
+
 void route_ref(const RouterSpec& r, const float* logits, int32_t* ids, float* weights) {
   switch (r.kind) {
     case RouteKind::SoftmaxTopK: return route_softmax_topk_ref(logits, r.n_experts, r.k, r.renorm, ids, weights);

@@ -95,8 +95,8 @@ class Backend {
   virtual void rope(const RopeTable& t, int64_t head_dim, int64_t pos0, Act x) = 0;
   // ys[i] (T, ws[i]->rows) = x (T, cols) W_i^T for weights sharing x.
   virtual void matmul(std::span<const QWeight* const> ws, Act x, std::span<const Act> ys) = 0;
-  // The mixers: x (R, dim) normed inputs of one or more sequences (seqs: disjoint rows, in
-  // order); out (R, dim). Each sequence's rows attend to its own state, to which they are
+  // The mixers: x (R, dim) normed inputs of one or more sequences (seqs: their rows, in order,
+  // covering [0, R) without gaps); out (R, dim). Each sequence's rows attend to its own state, to which they are
   // appended. The projections run once over all rows, so that a step of many sequences reads
   // each weight once.
   virtual void gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) = 0;

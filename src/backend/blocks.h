@@ -114,6 +114,10 @@ struct RouterSpec {
 // The reference routing of one token's logits: ids, weights (k each).
 void route_ref(const RouterSpec& r, const float* logits, int32_t* ids, float* weights);
 
+// Expert s's views moved from its record's bytes at `from` to a copy of the record at `to`
+// (a streamed expert: MoeSpec::record_base to the fetched bytes).
+SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to);
+
 // A mixture of experts with its router and optional (gated) shared experts.
 struct MoeSpec {
   int64_t dim = 0, n_experts = 0, n_experts_active = 0;

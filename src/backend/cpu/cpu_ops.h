@@ -42,7 +42,7 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 // per token over each block of kSmallBatchRows rows while it is in cache: the matvec kernels'
 // dots (integer where the CPU has them) with the weights read from memory once, and each
 // token's result bit-identical to its own matvec.
-constexpr int64_t kSmallBatch = 3, kSmallBatchRows = 32;
+constexpr int64_t kSmallBatch = 16, kSmallBatchRows = 32;
 
 // y (T, w.rows) = x (T, w.cols) W^T: batched prefill / grouped experts. Each weight row is
 // decoded once for all T tokens (small batches: see kSmallBatch).

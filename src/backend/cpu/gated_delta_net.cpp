@@ -11,11 +11,6 @@
 
 namespace moeflux::cpu {
 
-namespace {
-// transformers (and the FLA kernels it mirrors) L2-normalise q and k with this fixed epsilon.
-constexpr float kL2NormEps = 1e-6f;
-}  // namespace
-
 void gated_delta_net(const GdnSpec& sp, const float* x, int64_t T, GdnState& s, float* out) {
   const int64_t cd = sp.conv_dim(), kd = sp.key_dim(), vd = sp.value_dim(), group = sp.n_v_heads / sp.n_k_heads;
   std::vector<float> proj(static_cast<size_t>(sp.proj_dim())), mixed(static_cast<size_t>(cd));
@@ -43,8 +38,8 @@ void gated_delta_net(const GdnSpec& sp, const float* x, int64_t T, GdnState& s, 
     causal_conv1d_step_ref(proj.data(), sp.conv_w.data(), cd, sp.conv_kernel, s.conv.data(), mixed.data());
     for (auto& m : mixed) m = silu_ref(m);
     for (int64_t h = 0; h < sp.n_k_heads; ++h) {
-      l2norm_ref(q + h * sp.k_dim, sp.k_dim, kL2NormEps, q + h * sp.k_dim);
-      l2norm_ref(k + h * sp.k_dim, sp.k_dim, kL2NormEps, k + h * sp.k_dim);
+      l2norm_ref(q + h * sp.k_dim, sp.k_dim, kGdnL2NormEps, q + h * sp.k_dim);
+      l2norm_ref(k + h * sp.k_dim, sp.k_dim, kGdnL2NormEps, k + h * sp.k_dim);
       for (int64_t i = 0; i < sp.k_dim; ++i) q[h * sp.k_dim + i] *= q_scale;
     }
     // Value heads over the threads: each owns its state and output.

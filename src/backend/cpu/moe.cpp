@@ -24,22 +24,12 @@ void swiglu(const SwiGlu& s, const float* x, int64_t T, float* out) {
 
 namespace {
 
-// w's view moved from record bytes at `from` to a copy at `to`; lanes: the copy's eligible
-// weights are in the group-lane layout (MoeSpec::prepared_records).
-QWeight rebased(QWeight w, const uint8_t* from, const uint8_t* to, bool lanes) {
-  auto move = [&](const uint8_t*& p) {
-    if (p) p = to + (p - from);
-  };
-  move(w.data);
-  move(w.scales);
-  move(w.biases);
-  move(w.block_scales);
-  w.group_lanes = lanes && group_lanes_eligible(w);
-  return w;
-}
-
-SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to, bool lanes) {
-  return SwiGlu{rebased(s.gate, from, to, lanes), rebased(s.up, from, to, lanes), rebased(s.down, from, to, lanes)};
+// Expert s at a copy of its record (rebased); lanes: the copy's eligible weights are in the
+// group-lane layout (MoeSpec::prepared_records).
+SwiGlu rebased_cpu(const SwiGlu& s, const uint8_t* from, const uint8_t* to, bool lanes) {
+  SwiGlu r = rebased(s, from, to);
+  for (QWeight* w : {&r.gate, &r.up, &r.down}) w->group_lanes = lanes && group_lanes_eligible(*w);
+  return r;
 }
 
 // The calling thread's batch buffers (backend/cpu/batch_buffers.h): the experts' outputs and
@@ -75,7 +65,7 @@ void add_shared(const MoeSpec& m, const float* x, int64_t T, float* out);
 }  // namespace
 
 void expert_to_lanes(const MoeSpec& m, int expert, uint8_t* slot) {
-  const SwiGlu s = rebased(m.experts[size_t(expert)], m.record_base[size_t(expert)], slot, false);
+  const SwiGlu s = rebased_cpu(m.experts[size_t(expert)], m.record_base[size_t(expert)], slot, false);
   for (const QWeight* w : {&s.gate, &s.up, &s.down})
     if (group_lanes_eligible(*w)) to_group_lanes_in_place(*w, /*on_pool=*/false);
 }
@@ -208,7 +198,7 @@ void moe(const MoeSpec& m, const float* x, int64_t T, float* out, const MoePolic
           if (done[j] || (!all && !refs[j].ready())) continue;
           const int32_t e = part[j];
           es.push_back(e), js.push_back(j);
-          ws.push_back(rebased(m.experts[size_t(e)], m.record_base[size_t(e)], refs[j].wait(), m.prepared_records));
+          ws.push_back(rebased_cpu(m.experts[size_t(e)], m.record_base[size_t(e)], refs[j].wait(), m.prepared_records));
           if (all && T > 1) {  // run this arrival now and unpin it
             run(es, ws);
             done[j] = true, refs[j].release();

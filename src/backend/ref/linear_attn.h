@@ -7,6 +7,10 @@
 
 namespace moeflux {
 
+// transformers (and the FLA kernels it mirrors) L2-normalise GatedDeltaNet's q and k with this
+// fixed epsilon.
+constexpr float kGdnL2NormEps = 1e-6f;
+
 // One step of a causal depthwise conv1d over `channels` channels with kernel size `kernel`.
 // x (channels): the new input; w (channels, kernel): tap kernel-1 multiplies x, tap j < kernel-1
 // multiplies the input kernel-1-j steps back; state (kernel - 1, channels): the previous

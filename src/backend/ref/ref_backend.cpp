@@ -15,10 +15,6 @@ namespace moeflux {
 
 namespace {
 
-// transformers (and the FLA kernels it mirrors) L2-normalise GatedDeltaNet's q and k with this
-// fixed epsilon.
-constexpr float kGdnL2NormEps = 1e-6f;
-
 void expect_host(std::initializer_list<Act> acts) {
   for (const Act& a : acts) MF_ASSERT(a.device == Device::Host);
 }
@@ -46,13 +42,6 @@ void swiglu_token(const SwiGlu& s, const float* x, float* out) {
 void deinterleave(float* v, int64_t n) {
   const std::vector<float> tmp(v, v + n);
   for (int64_t i = 0; i < n / 2; ++i) v[i] = tmp[size_t(2 * i)], v[i + n / 2] = tmp[size_t(2 * i + 1)];
-}
-
-// w's view moved from record bytes at `from` to the fetched copy at `to`.
-QWeight rebased(QWeight w, const uint8_t* from, const uint8_t* to) {
-  for (const uint8_t** p : {&w.data, &w.scales, &w.biases, &w.block_scales})
-    if (*p) *p = to + (*p - from);
-  return w;
 }
 
 // MLA attention of one query over the n_ctx cached positions, expanding every cached c with
@@ -293,7 +282,7 @@ void RefBackend::moe(const MoeSpec& m, Act x, Act out) {
         const uint8_t* bytes = refs[j].wait();
         const SwiGlu& s = m.experts[size_t(e)];
         const uint8_t* base = m.record_base[size_t(e)];
-        run(e, SwiGlu{rebased(s.gate, base, bytes), rebased(s.up, base, bytes), rebased(s.down, base, bytes)});
+        run(e, rebased(s, base, bytes));
         refs[j].release();
       }
     }
