@@ -2,18 +2,20 @@
 // together (prefill chunks of some and decode tokens of others in one step, items in varying
 // order, some asking only for the last position's logits) get the logits each gets alone
 // through its own Session (within 1e-5 relative L2 per sequence and 1e-4 per row; B = 1, and
-// any B at the scalar level: the same bits), the same hidden states and the same greedy
+// any B at the CPU's scalar level: the same bits), the same hidden states and the same greedy
 // tokens, on every fixture architecture, the demo model and the demo model streaming its
-// experts through a small cache. Sequence::save / restore: a restored sequence (fresh, or
-// rewound) continues exactly as the original; a snapshot of another shape is refused.
-// Engine::step's errors leave every state unchanged.
+// experts through a small cache, on the cpu and the ref backends. Sequence::save / restore: a
+// restored sequence (fresh, or rewound) continues exactly as the original; a snapshot of
+// another shape is refused. Engine::step's errors leave every state unchanged.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <span>
 
+#include "backend/registry.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/session.h"
@@ -36,16 +38,19 @@ const std::string kDemoStreamed = "demo_streamed";  // ... through an expert cac
 
 std::string demo_dir() { return std::string(MOEFLUX_SOURCE_DIR) + "/models/demo-qwen3-moe-q4"; }
 
-std::unique_ptr<Model> load(const std::string& name) {
-  if (name == kDemo) return load_model(demo_dir());
+// Model `name` for the backend named `backend` (backend/registry.h).
+std::unique_ptr<Model> load(const std::string& name, const std::string& backend = "cpu") {
+  BackendOptions bo;
+  bo.name = backend;
+  if (name == kDemo) return load_model(demo_dir(), MapMode::Map, make_backend(bo));
   if (name == kDemoStreamed) {
     StreamOptions o;
     o.budget = "25%";
-    auto m = load_model(demo_dir(), o);
+    auto m = load_model(demo_dir(), o, make_backend(bo));
     EXPECT_NE(expert_cache(*m), nullptr);
     return m;
   }
-  return load_model(test::fixture_dir(name));
+  return load_model(test::fixture_dir(name), MapMode::Map, make_backend(bo));
 }
 
 // Token ids valid for the model: the golden's (fixtures), or spread over the vocabulary (demo).
@@ -195,11 +200,18 @@ int run_batched(const Model& m, const std::vector<Plan>& ps, std::vector<Record>
   return step;
 }
 
-class EngineBatch : public ::testing::TestWithParam<std::string> {};
+// A model on a backend.
+struct Case {
+  std::string model, backend;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " on " << c.backend; }
+
+class EngineBatch : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EngineBatch, EachSequenceGetsWhatItGetsAlone) {
-  auto m = load(GetParam());
-  const std::vector<Plan> all = plans(base_ids(GetParam(), *m));
+  const std::string& name = GetParam().model;
+  auto m = load(name, GetParam().backend);
+  const std::vector<Plan> all = plans(base_ids(name, *m));
   std::vector<Record> alone;
   for (const Plan& p : all) alone.push_back(run_alone(*m, p));
   const int64_t dim = m->cfg.dim;
@@ -245,15 +257,17 @@ TEST_P(EngineBatch, EachSequenceGetsWhatItGetsAlone) {
         EXPECT_LE(test::rel_l2(hid_got, hid_want), kTol) << "hidden states";
       }
     }
-    std::printf("[ %s ] B=%zu: %d steps; batched vs alone logits: rel L2 %.3g, worst row %.3g\n", GetParam().c_str(),
-                B, steps, worst_l2, worst_row);
+    std::printf("[ %s, %s ] B=%zu: %d steps; batched vs alone logits: rel L2 %.3g, worst row %.3g\n", name.c_str(),
+                GetParam().backend.c_str(), B, steps, worst_l2, worst_row);
   }
 }
 
 // At the scalar level each kernel computes every row on its own whatever the step's other rows,
 // so the four sequences stepped together get the bits they get alone: the differences above
 // come from the faster levels' paths for few and many rows, not from the batching.
-TEST_P(EngineBatch, ScalarLevelGivesTheSameBits) {
+class EngineBatchScalar : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineBatchScalar, SameBitsAsAlone) {
   ScopedCpuIsa scalar(CpuIsa::Scalar);
   auto m = load(GetParam());
   const std::vector<Plan> all = plans(base_ids(GetParam(), *m));
@@ -275,8 +289,8 @@ TEST_P(EngineBatch, ScalarLevelGivesTheSameBits) {
 // continues with the original's logits (the same bits); the original rewound to the snapshot
 // does so again. Snapshots of another shape are refused, and leave the sequence as it was.
 TEST_P(EngineBatch, SaveAndRestore) {
-  auto m = load(GetParam());
-  const auto ids = base_ids(GetParam(), *m);
+  auto m = load(GetParam().model, GetParam().backend);
+  const auto ids = base_ids(GetParam().model, *m);
   Engine engine(*m);
   auto step1 = [&](Sequence& s, std::span<const int32_t> t) {
     const StepItem it{&s, t, {}};
@@ -339,10 +353,10 @@ TEST_P(EngineBatch, SaveAndRestore) {
 // Refused steps (no items, no tokens, a sequence twice, ids outside the vocabulary, a context
 // past max_position_embeddings) change no sequence: both continue as ones that never saw them.
 TEST_P(EngineBatch, StepErrorsLeaveStatesUnchanged) {
-  auto m = load(GetParam());
-  const auto ids = base_ids(GetParam(), *m);
+  auto m = load(GetParam().model, GetParam().backend);
+  const auto ids = base_ids(GetParam().model, *m);
   Engine engine(*m);
-  auto a = engine.new_sequence(), b = engine.new_sequence();  // see the refused steps
+  auto a = engine.new_sequence(), b = engine.new_sequence();    // see the refused steps
   auto a2 = engine.new_sequence(), b2 = engine.new_sequence();  // do not
   const std::span<const int32_t> pa(ids.data(), 6), pb(ids.data() + 6, 4);
   for (auto [x, y] : {std::pair{a.get(), b.get()}, {a2.get(), b2.get()}}) {
@@ -382,8 +396,7 @@ TEST_P(EngineBatch, StepErrorsLeaveStatesUnchanged) {
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(test::first_difference(got[i], want[i]), -1) << "item " << i;
 }
 
-std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param;
+std::string safe_name(std::string n) {
   for (auto& c : n)
     if (!isalnum(static_cast<unsigned char>(c))) c = '_';
   return n;
@@ -391,16 +404,31 @@ std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
 
 // Every architecture and format of the fixture suite (tests/model/test_fixtures.cpp), its
 // variants, and the demo model (mapped and streamed).
-INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch,
-                         ::testing::Values("qwen3_moe", "qwen3_moe/q4", "mixtral", "mixtral/q4", "deepseek_v3",
-                                           "deepseek_v3/q4", "deepseek_v3/fp8", "qwen3_next/q4", "qwen3_5_moe_text",
-                                           "qwen3_5_moe_text/q4"),
-                         name_of);
-INSTANTIATE_TEST_SUITE_P(Variants, EngineBatch,
-                         ::testing::Values("variants/qwen3_moe/q4", "variants/mixtral/q4", "variants/qwen3_next/q4",
-                                           "variants/qwen3_5_moe_text/q4", "variants/deepseek_v3/q4"),
-                         name_of);
-INSTANTIATE_TEST_SUITE_P(Demo, EngineBatch, ::testing::Values(kDemo, kDemoStreamed), name_of);
+const std::vector<std::string> kFixtures{"qwen3_moe",        "qwen3_moe/q4",       "mixtral",         "mixtral/q4",
+                                         "deepseek_v3",      "deepseek_v3/q4",     "deepseek_v3/fp8", "qwen3_next/q4",
+                                         "qwen3_5_moe_text", "qwen3_5_moe_text/q4"};
+const std::vector<std::string> kVariants{"variants/qwen3_moe/q4", "variants/mixtral/q4", "variants/qwen3_next/q4",
+                                         "variants/qwen3_5_moe_text/q4", "variants/deepseek_v3/q4"};
+const std::vector<std::string> kDemos{kDemo, kDemoStreamed};
+
+std::vector<Case> on(const std::string& backend, const std::vector<std::string>& models) {
+  std::vector<Case> v;
+  for (const auto& m : models) v.push_back({m, backend});
+  return v;
+}
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return safe_name(info.param.model); }
+std::string model_name(const ::testing::TestParamInfo<std::string>& info) { return safe_name(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch, ::testing::ValuesIn(on("cpu", kFixtures)), case_name);
+INSTANTIATE_TEST_SUITE_P(Variants, EngineBatch, ::testing::ValuesIn(on("cpu", kVariants)), case_name);
+INSTANTIATE_TEST_SUITE_P(Demo, EngineBatch, ::testing::ValuesIn(on("cpu", kDemos)), case_name);
+// The reference backend: its mixers take several sequences' rows of a step as well.
+INSTANTIATE_TEST_SUITE_P(RefFixtures, EngineBatch, ::testing::ValuesIn(on("ref", kFixtures)), case_name);
+INSTANTIATE_TEST_SUITE_P(RefVariants, EngineBatch, ::testing::ValuesIn(on("ref", kVariants)), case_name);
+INSTANTIATE_TEST_SUITE_P(RefDemo, EngineBatch, ::testing::ValuesIn(on("ref", kDemos)), case_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatchScalar, ::testing::ValuesIn(kFixtures), model_name);
+INSTANTIATE_TEST_SUITE_P(Variants, EngineBatchScalar, ::testing::ValuesIn(kVariants), model_name);
+INSTANTIATE_TEST_SUITE_P(Demo, EngineBatchScalar, ::testing::ValuesIn(kDemos), model_name);
 
 }  // namespace
 }  // namespace moeflux
