@@ -622,12 +622,30 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
               gate[i]->rows == gate[0]->rows && T[i] >= 1);
     at[size_t(i) + 1] = at[size_t(i)] + T[i];
   }
+  // Each expert's path is its own (few tokens, gate and up alike: the matvecs' small batches),
+  // never its companions', so that an expert gives the same bits whichever experts share the
+  // call (an expert cache runs them in windows and as they arrive, resident experts all at once).
+  auto small = [&](int i) { return T[i] <= kSmallBatch && same_layout(*gate[i], *up[i]); };
+  int n_small = 0;
+  for (int i = 0; i < n; ++i) n_small += small(i);
+  if (n_small > 0 && n_small < n) {
+    for (const bool s : {true, false}) {
+      std::vector<const QWeight*> sg, su, sd;
+      std::vector<const float*> sx;
+      std::vector<int64_t> st;
+      std::vector<float*> so;
+      for (int i = 0; i < n; ++i)
+        if (small(i) == s)
+          sg.push_back(gate[i]), su.push_back(up[i]), sd.push_back(down[i]), sx.push_back(xs[i]), st.push_back(T[i]),
+              so.push_back(outs[i]);
+      swiglu_experts_batch(int(sg.size()), sg.data(), su.data(), sd.data(), sx.data(), st.data(), so.data());
+    }
+    return;
+  }
   const int64_t hidden = gate[0]->rows, total = at[size_t(n)];
   float* g = cpu::scratch(6, size_t(total * hidden));  // gate, then h = silu(gate) * up
   float* u = cpu::scratch(7, size_t(total * hidden));
-  bool small = true;  // every expert's tokens few (a decode step of several sequences), gate and up alike
-  for (int i = 0; i < n; ++i) small = small && T[i] <= kSmallBatch && same_layout(*gate[i], *up[i]);
-  if (small) return swiglu_experts_small(n, gate, up, down, xs, T, at, g, u, outs);
+  if (n_small == n) return swiglu_experts_small(n, gate, up, down, xs, T, at, g, u, outs);
   // pool[i]: expert i's x for gate (then h for down); pool[n + i]: its x for up when up's
   // layout differs from gate's (mixed quantisation), else unused.
   std::vector<cpu::PreparedX>& pool = prepared_pool(size_t(2 * n));
