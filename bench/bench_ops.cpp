@@ -44,7 +44,7 @@ size_t rotate_bytes() {
 
 // Copies of one weight, far enough apart in memory that reading them in turn misses cache. Made
 // on first use (ready()), so that a filtered run makes only the sets its benchmarks read: every
-// set spans BENCH_OPS_ROTATE_MB, which must exceed the L3 (300 MiB on the GPU host's Xeon).
+// set spans BENCH_OPS_ROTATE_MB, which must exceed the L3 (300 MiB on a 16-core Intel server VM).
 struct WeightSet {
   std::function<test::OwnedWeight()> make;
   bool lanes;

@@ -1,6 +1,6 @@
 // A read-only file in memory (RAII): memory-mapped, or (Resident) copied once into anonymous
 // memory that asks for transparent huge pages. Resident weights stream faster than mapped
-// page-cache pages (measured +12% decode on the dev Zen 5 VM: a 4 KiB page costs a TLB walk,
+// page-cache pages (measured +12% decode on a Zen 5 VM: a 4 KiB page costs a TLB walk,
 // nested under virtualisation) at the price of a read at open and no sharing between
 // processes. Opening failures raise moeflux::Error naming the path.
 #pragma once

@@ -154,7 +154,7 @@ class ThreadPool {
 
   // Per worker, on a cache line of its own: the chunks it ran of job `generation` (chunks
   // written first). The caller adds these up instead of sharing a countdown (each contended
-  // read-modify-write of one line costs ~0.1-0.2 us on a 16-thread Xeon) and waits for no
+  // read-modify-write of one line costs ~0.1-0.2 us on 16 threads) and waits for no
   // worker that took no chunk.
   struct alignas(64) DoneSlot {
     std::atomic<int64_t> chunks{0};

@@ -196,8 +196,7 @@ TEST(GroupLanes, IntegerPrepareInPiecesIsTheWholePrepare) {
     if (isa > cpu_isa_detected()) continue;
     ++levels;
     const cpu::Kernels& k = isa == CpuIsa::Avx2 ? cpu::kernels_avx2() : cpu::kernels_avx512_vnni();
-    // AVX-512 VNNI prepares whole: its pieces were no faster on the Xeon (a9dc2a6:docs/benchmarks.md,
-    // twenty-eighth pass).
+    // AVX-512 VNNI prepares whole: its pieces were no faster (a9dc2a6:docs/benchmarks.md).
     if (!k.prepare_layout) continue;
     ASSERT_TRUE(k.prepare_groups);
     uint32_t seed = 51;

@@ -5,8 +5,8 @@
 
 // v, pinned in a register: the compiler otherwise folds a load of codes into each instruction
 // that uses them (the AND and the shift of a 4-bit chunk: two loads of the same line). Reading
-// each 64-byte line of codes from DRAM twice ran a 4-row loop at 25 vs 41 GB/s on one dev Zen 5
-// core (a9dc2a6:docs/benchmarks.md, tenth pass).
+// each 64-byte line of codes from DRAM twice ran a 4-row loop at 25 vs 41 GB/s on one Zen 5
+// core (a9dc2a6:docs/benchmarks.md).
 inline __m512i in_register(__m512i v) {
   asm("" : "+v"(v));
   return v;
@@ -74,9 +74,9 @@ inline __m512i lane_groups(int64_t gs) {
 // interleave them inside each 4 KiB page. Where matvec_row_spread() allows and each quarter of
 // the range holds at least kSpreadMinBytes of codes, the four rows are r0 + k + {0, 1, 2, 3} * q
 // (q = a quarter): four sequential streams. With the single load of codes, a paired harness on
-// the dev Zen 5 gained 1-13 points of its read ceiling per op from the two together, neither
-// alone; the model's decode did not show it through the VM's noise (a9dc2a6:docs/benchmarks.md, tenth
-// pass). Shorter quarters restart the streams too often. Each row's arithmetic is the same
+// Zen 5 gained 1-13 points of its read ceiling per op from the two together, neither
+// alone; the model's decode did not show it through a VM's noise (a9dc2a6:docs/benchmarks.md).
+// Shorter quarters restart the streams too often. Each row's arithmetic is the same
 // either way.
 constexpr int64_t kSpreadMinBytes = 16 << 10;
 template <typename Block>
@@ -105,7 +105,7 @@ inline void for_row_blocks(const QWeight& w, int64_t r0, int64_t r1, Block&& blo
 // rows ahead, at least matvec_codes_ahead(). Rows of a block are read side by side, so a distance
 // shorter than the block lands in rows of the same block, which are being read already: with
 // 4 KiB, 4096-column rows (2 KiB each) were half unprefetched (attn_o in bench_ops: 1 thread
-// 21 -> 30 GB/s, 2 threads 36 -> 50 GB/s on the dev VM with whole blocks).
+// 21 -> 30 GB/s, 2 threads 36 -> 50 GB/s on a 2-vCPU Zen 5 VM with whole blocks).
 // Spread rows (stride > 1) each run on through the rows after them: matvec_codes_ahead() itself.
 // kCodesAhead: the single-row float loop's distance (kernels_avx512.cpp).
 constexpr int64_t kCodesAhead = 4096;
@@ -137,7 +137,7 @@ inline __m512 row_scales_bias(const QWeight& w, int64_t r, int64_t sbytes, const
 }
 
 // The start of a block of R affine rows r + i * stride: the scales and biases of the rows
-// matvec_params_ahead() further on in each row's stream prefetched (+5-11% decode on the dev VM,
+// matvec_params_ahead() further on in each row's stream prefetched (+5-11% decode on Zen 5,
 // kernels.h), then per row its scales (times dx) into sb at i * sn, its bias terms into
 // bias[i] (unreduced lanes; the callers add them after the codes' sums, which then stay in
 // registers) and its codes' address into q[i]. Returns sn, the floats of sb per row.

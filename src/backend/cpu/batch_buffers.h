@@ -1,8 +1,8 @@
 // Per-thread scratch of a layer's batch (a prompt's tokens): buffers written in full before they
 // are read, kept from layer to layer instead of allocated per layer. Fresh vectors per layer cost
 // the calling thread a fill and, in a VM, page faults while the workers waited: a prefill on
-// the 2-vCPU dev VM spent 17 ms a layer faulting in its attention's 6 MB once the MoE buffers
-// were kept and no longer freed space for them (a9dc2a6:docs/benchmarks.md, issue 8 eleventh pass).
+// a 2-vCPU VM spent 17 ms a layer faulting in its attention's 6 MB once the MoE buffers
+// were kept and no longer freed space for them (a9dc2a6:docs/benchmarks.md).
 #pragma once
 #include <cstddef>
 #include <vector>

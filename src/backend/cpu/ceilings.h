@@ -11,8 +11,8 @@ namespace moeflux::bench {
 // The buffer the read bandwidth is measured on: `bytes` raised to 4x the reported last-level
 // cache (so that it is DRAM that is read) and to whole 2 MiB pages, allocated and touched once.
 // moeflux bench keeps one from its measurement before the tests to the one after: freeing
-// gigabytes in between let the dev VM's free page reporting run during the tests (one decode
-// run in 5-12 at ~75% speed, 1-2 s after the first measurement; a9dc2a6:docs/benchmarks.md, tenth pass).
+// gigabytes in between let a VM's free page reporting run during the tests (one decode
+// run in 5-12 at ~75% speed, 1-2 s after the first measurement; a9dc2a6:docs/benchmarks.md).
 class ReadBuffer {
  public:
   explicit ReadBuffer(size_t bytes);

@@ -19,7 +19,7 @@ namespace moeflux {
 namespace {
 
 // Decode runs experts and combine fused (swiglu_experts_combined) on 8 threads or more. Paired
-// A/Bs (a9dc2a6:docs/benchmarks.md): fused is ~1.5% faster on a 16-thread Xeon and ~3.7%
+// A/Bs (a9dc2a6:docs/benchmarks.md): fused is ~1.5% faster on a 16-thread Intel VM and ~3.7%
 // slower on a 2-thread VM, where region hand-offs are cheap and the fused down blocks' short
 // runs stream worse; the cut at 8 lies between the two machines. MOEFLUX_FUSED_EXPERTS=0 / 1
 // forces it; both give the same bits. The tuning switch MOEFLUX_FUSED_BY_THREADS=0 takes the
@@ -35,7 +35,7 @@ bool fused_experts() {
 
 // Repack::Auto: where the CPU level in use reads the layout natively and gains by it: the
 // integer matvecs of AVX-512 VNNI, and of AVX2 on AMD CPUs (measured, a9dc2a6:docs/benchmarks.md:
-// decode +14-22% on a Zen 1 VM, -4% at a Xeon's AVX2 level, where natural rows' per-block
+// decode +14-22% on a Zen 1 VM, -4% at an Intel CPU's AVX2 level, where natural rows' per-block
 // reduction costs less); MOEFLUX_GROUP_LANES=0 / 1 (an A/B knob, read once) overrides.
 bool repack_wanted(Repack r) {
   if (r != Repack::Auto) return r == Repack::On;

@@ -19,7 +19,7 @@ enum class CpuIsa : uint8_t {
   // + AVX512-VNNI: affine 4/8-bit matvec as integer dots, x per quantisation group in three
   // int8 digits (about 2^-23 of the group's largest |x| for 4-bit codes, 2^-21 for 8-bit; f32
   // rounding level: the fixture suites pass with it). The default where the CPU has it: about
-  // half the vector work per code byte (a9dc2a6:docs/benchmarks.md, seventh pass); MOEFLUX_CPU_ISA=
+  // half the vector work per code byte (a9dc2a6:docs/benchmarks.md); MOEFLUX_CPU_ISA=
   // avx512 keeps every dot in f32.
   Avx512Vnni,
 };
@@ -35,10 +35,10 @@ std::optional<CpuIsa> cpu_isa_from_name(std::string_view s);
 
 // Rows the AVX-512 affine matvec reads side by side (1 or 4; the result is bit-identical
 // either way), for natural rows or group-lane ones (backend/cpu/group_lanes.h). Default: 4 on AMD
-// CPUs, 1 elsewhere for natural rows, from measurements (a9dc2a6:docs/benchmarks.md, "Issue 8, fifth
-// pass"): four code streams per core decode 10-25% faster from DRAM on the Zen 5 dev VM, and
-// 5-20% slower on the Emerald Rapids Xeon; 4 for group-lane rows everywhere (spread, they
-// decoded 49.6-50.3 t/s on the Xeon against 44.0-49.0 single: fourteenth pass).
+// CPUs, 1 elsewhere for natural rows, from measurements (a9dc2a6:docs/benchmarks.md): four
+// code streams per core decode 10-25% faster from DRAM on Zen 5, and 5-20% slower on an Intel
+// server CPU; 4 for group-lane rows everywhere (spread, they decoded 49.6-50.3 t/s on the
+// Intel CPU against 44.0-49.0 single).
 // $MOEFLUX_MATVEC_ROWS overrides both.
 int matvec_row_streams(bool group_lanes = false);
 // Sets it for both (1 or 4; tests, benchmarks), or back to the default (0). Raises Error on
@@ -53,8 +53,8 @@ extern const int64_t codes_ahead_set, codes_ahead_alt, params_ahead_set, params_
 }  // namespace detail
 
 // Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: 2 KiB on AMD
-// CPUs (a9dc2a6:docs/benchmarks.md, fourteenth pass: the dev Zen 5 decoded 40.6-41.2 t/s at 2 KiB
-// against 35.2-37.5 at 4 KiB), 1.5 KiB elsewhere (thirty-first pass, paired A/Bs of Xeon
+// CPUs (a9dc2a6:docs/benchmarks.md: Zen 5 decoded 40.6-41.2 t/s at 2 KiB
+// against 35.2-37.5 at 4 KiB), 1.5 KiB elsewhere (paired A/Bs of Intel
 // decode: 0.75-2 KiB alike, 4 KiB 2-3% slower, 8 KiB 5% slower). $MOEFLUX_CODES_AHEAD (bytes,
 // read at start-up) overrides; the tuning switch MOEFLUX_CODES_DISTANCE=0 takes
 // $MOEFLUX_CODES_AHEAD_ALT (default 4096) instead. (The AVX2 kernels prefetch 2 KiB ahead.)
@@ -62,7 +62,7 @@ inline int64_t matvec_codes_ahead() {
   return detail::codes_distance_switch.on() ? detail::codes_ahead_set : detail::codes_ahead_alt;
 }
 // Rows ahead whose scales and biases the matvecs prefetch (backend/cpu/kernels.h): 16 on AMD
-// CPUs, 2 elsewhere (thirty-first pass: on the Xeon 0-2 rows alike, 4 ~0.5% slower, 16 ~2%).
+// CPUs, 2 elsewhere (on Intel 0-2 rows alike, 4 ~0.5% slower, 16 ~2%).
 // $MOEFLUX_PARAMS_AHEAD overrides; MOEFLUX_PARAMS_DISTANCE=0 takes $MOEFLUX_PARAMS_AHEAD_ALT
 // (default 16).
 inline int64_t matvec_params_ahead() {
@@ -70,7 +70,7 @@ inline int64_t matvec_params_ahead() {
 }
 // Whether those four rows may be spread over a range (four sequential streams instead of four
 // adjacent rows; backend/cpu/avx512_util.h, for_row_blocks). Default on; the tuning switch
-// MOEFLUX_MATVEC_SPREAD=0 turns it off (thirty-first pass: 3% slower on the Xeon).
+// MOEFLUX_MATVEC_SPREAD=0 turns it off (3% slower on Intel).
 // Bit-identical either way.
 bool matvec_row_spread();
 void set_matvec_row_spread(bool on);

@@ -122,7 +122,7 @@ void matvec(const QWeight& w, const float* x, float* y) {
 
 namespace {
 // x of a batch of T tokens prepared for w, the tokens shared by the threads: one thread's pass
-// over 128 tokens was ~0.5 ms a call on the dev VM, serial time before each of a layer's
+// over 128 tokens was ~0.5 ms a call on a 2-vCPU VM, serial time before each of a layer's
 // projections.
 void prepare_batch(const cpu::Kernels& k, const QWeight& w, const float* x, int64_t T, cpu::PreparedX* px) {
   if (cpu::prepare_x_layout(w, x, T, k.lanes, false, px))
@@ -314,12 +314,10 @@ void combine_weighted(int n, const float* const* ys, const float* w, float* out,
 }
 
 namespace {
-// Fused decode experts' down blocks shrink toward the region's end: on the Xeon, 16 threads,
-// 48 layers, 43.49 / 47.87 / 46.15 t/s against 41.16 / 44.75 / 44.36 with fixed 64-row blocks
-// (caller's wait 6-9 against 12-13 us a region; a9dc2a6:docs/benchmarks.md, issue 8 twelfth pass: whole
-// processes in turn). Paired token by token in one process (bench --alternate, thirtieth pass)
-// the two measured the same (median ratio 0.9987); with the shorter prefetch distances of the
-// thirty-first pass the fixed blocks were ~1.3% slower (0.9870, faster in 111 of 320 pairs).
+// Fused decode experts' down blocks shrink toward the region's end, so the caller waits less
+// for the last (16 threads, 48 layers: 6-9 against 12-13 us a region). Paired token by token
+// (bench --alternate) at the default prefetch distances, fixed 64-row blocks decoded ~1.3%
+// slower (median ratio 0.9870, faster in 111 of 320 pairs; a9dc2a6:docs/benchmarks.md).
 // MOEFLUX_GUIDED_DOWN=0 keeps the fixed blocks.
 TuningSwitch guided_down_switch("MOEFLUX_GUIDED_DOWN");
 bool guided_down() { return guided_down_switch.on(); }
@@ -807,7 +805,7 @@ void attention_project(const float* q, const float* k, const float* v, int64_t l
   // att is prepared for wo in units of 16 quantisation groups (one block of the group-lane
   // layout) where the kernels prepare x in pieces: the attention item that finishes a unit's
   // last columns prepares that unit, so that no thread prepares all of att while the rest wait
-  // (7.6 us a layer on the Xeon, the o rows' start; a9dc2a6:docs/benchmarks.md, twenty-fifth pass).
+  // (7.6 us a layer on 16 threads, the o rows' start; a9dc2a6:docs/benchmarks.md).
   // Otherwise one unit: the item that finishes att prepares it whole.
   const bool pieces = att_pieces_switch.on() && kn.prepare_layout && kn.prepare_groups && kn.prepare_layout(wo, att, &px);
   const int64_t ucols = pieces ? 16 * wo.group_size : wo.cols, n_units = (wo.cols + ucols - 1) / ucols;

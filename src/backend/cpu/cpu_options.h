@@ -9,7 +9,7 @@ namespace moeflux {
 // multiple of 32) into the group-lane code layout (backend/cpu/group_lanes.h) that the integer
 // matvecs read with less vector work than file order (AVX-512 VNNI: about two thirds; AVX2: no
 // per-block reduction, ~19% faster on Zen 1). Auto: where one of those is the CPU level in use
-// (AVX2 on AMD CPUs only: on an Intel Xeon's AVX2 level it decoded ~4% slower). On: always
+// (AVX2 on AMD CPUs only: at an Intel server CPU's AVX2 level it decoded ~4% slower). On: always
 // (the AVX-512 and AVX2 matmuls decode the layout too, group size 64 and up; the float matvecs
 // and the other kernels convert rows back as they read them). Mapped packs and checkpoints
 // keep file order (their bytes are the page cache's); expert-cache records are rewritten as

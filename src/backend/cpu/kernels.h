@@ -165,9 +165,9 @@ inline size_t decode_params_size(const QWeight& w) { return size_t(w.cols / std:
 
 // Prefetches the scales and biases of affine rows r .. r + n - 1 (addresses only: a row past
 // the end is harmless). The matvecs call it for the rows matvec_params_ahead() ahead
-// (backend/cpu/cpu_features.h): on the Zen 5 dev VM the short per-row runs of
+// (backend/cpu/cpu_features.h): on Zen 5 the short per-row runs of
 // those two arrays were not fetched in time by the hardware prefetchers (the AVX2 kernel,
-// compute-bound there, did not gain: 42.7 / 43.3 vs 43.0 / 47.1 t/s); on the Xeon a shorter
+// compute-bound there, did not gain: 42.7 / 43.3 vs 43.0 / 47.1 t/s); on Intel a shorter
 // distance is faster.
 inline void prefetch_row_params(const QWeight& w, int64_t r, int64_t n, size_t row_bytes) {
   const uintptr_t at = uintptr_t(r) * row_bytes, end = at + uintptr_t(n) * row_bytes;

@@ -6,8 +6,8 @@
 // in int8, R = 128 (|d| <= 64: vpmaddubsw's pairs of 8-bit code bytes cannot saturate, and 8
 // steps of 4-bit group-lane sums against d fit int16 before they are widened), so |x_c - (q_c +
 // d_c / R) dx_g| <= dx_g / 256 <= 2^-(B + 7) m: 2^-22 m for 4-bit codes, 2^-21 m for 8-bit.
-// (Until the twenty-sixth pass of issue 8 4-bit codes had B = 14 and R = 256, the same
-// precision, and the lane kernels widened every 4 steps: ~4% of their time on Zen 3.)
+// (B = 14 and R = 256 for 4-bit codes would give the same precision, but the lane kernels would
+// have to widen every 4 steps: ~4% of their time on Zen 3.)
 // Each 32-byte chunk of codes meets q through vpmaddwd, code k of each 16-bit word cut out in
 // place (4-bit: the bytes' low and high nibbles, then each word's low and high byte of those;
 // 8-bit: the word's low and high byte), so word m of the chunk meets q's vector k at lane m with
@@ -21,9 +21,9 @@
 // reduction across lanes (lanes_row_dot): the same integers per group, so the same bits, ~19%
 // faster on Zen 1 (tests/ops/test_group_lanes.cpp). Zen 1 issues one 128-bit integer multiply
 // a cycle, and the 6 ymm multiplies per 32 bytes of codes take >= 4.8 ns of the ~6 a step
-// takes (a9dc2a6:docs/benchmarks.md, twenty-first pass). Zen 3 (two multiply pipes) is bound by the
+// takes (a9dc2a6:docs/benchmarks.md). Zen 3 (two multiply pipes) is bound by the
 // step's ~19.5 vector ops instead; two halves run per pass over the steps to halve the loop's
-// overhead (twenty-second pass).
+// overhead.
 #include <immintrin.h>
 
 #include <algorithm>

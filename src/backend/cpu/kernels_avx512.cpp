@@ -102,9 +102,9 @@ void dot4xt(const float* const* w, const float* const* x, int64_t n, float out[4
 // Rows are read one after another, so each loop step prefetches the bytes kCodesAhead further
 // on (the next rows' once near a row's end): a 2048-column bf16 row is one 4 KiB page, at which
 // the hardware prefetchers stop. With the unrolled step (without it -O2 kept c[] on the stack:
-// a load and a store around every FMA) the router's 128 x 2048 bf16 matvec on one dev core took
+// a load and a store around every FMA) the router's 128 x 2048 bf16 matvec on one Zen 5 core took
 // 7.7 instead of 18.0-21.6 us in L2 and 20.1-20.9 instead of 26.0-29.1 us from DRAM
-// (a9dc2a6:docs/benchmarks.md, issue 8 twelfth pass). The sums are unchanged.
+// (a9dc2a6:docs/benchmarks.md). The sums are unchanged.
 template <DType T>
 float dense_row_dot(const uint8_t* row, const float* x, int64_t n) {
   constexpr int64_t es = T == DType::F32 ? 4 : 2;  // bytes per element
@@ -193,7 +193,7 @@ inline __m512 code_shifted(__m512i v) {
 
 // Rows r + i * stride (i < R) of y = W x, scales / biases of type S, read side by side: R
 // streams of codes keep more DRAM lines in flight than one, and each x vector load serves R
-// rows (R = 4 is 10-25% faster from DRAM on the dev Zen 5, slower on the Xeon:
+// rows (R = 4 is 10-25% faster from DRAM on Zen 5, slower on Intel:
 // matvec_row_streams()). Per row: the scales go to its sb slice (padded with zeros for the
 // permute) and the bias terms sum_g bias_g * gsum_g are summed aside; the codes are dotted
 // chunk by chunk, each chunk's sum scaled by its lanes' group scales, and the bias terms are

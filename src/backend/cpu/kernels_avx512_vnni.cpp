@@ -5,7 +5,7 @@
 // q = d2 * 2^16 + d1 * 2^8 + d0, each in [-128, 127]. A row's integer sums are exact, so the one
 // approximation is x's: |x_c - q_c dx_g| <= 0.75 dx_g, about 2^-23 (4-bit) or 2^-21 (8-bit) of
 // the group's largest |x| (f32 keeps 2^-24 of each value). About half the vector work of the
-// float kernel per code byte (a9dc2a6:docs/benchmarks.md, seventh pass). The bias term uses exact float sums of x.
+// float kernel per code byte (a9dc2a6:docs/benchmarks.md). The bias term uses exact float sums of x.
 // Other formats, group sizes and matmul use the AVX-512 float kernels. Tested in
 // tests/ops/test_ops_cpu.cpp against that bound.
 // 4-bit weights in the group-lane layout (backend/cpu/group_lanes.h) run a second loop: each lane of a

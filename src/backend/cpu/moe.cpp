@@ -34,7 +34,7 @@ SwiGlu rebased_cpu(const SwiGlu& s, const uint8_t* from, const uint8_t* to, bool
 
 // The calling thread's batch buffers (backend/cpu/batch_buffers.h): the experts' outputs and
 // their gathered inputs. Zero-filled vectors per layer were serial time on the calling thread
-// (Xeon pp128, 16 layers: 212-246 -> 295-340 t/s; a9dc2a6:docs/benchmarks.md, issue 8 eleventh pass).
+// (pp128 on 16 threads, 16 layers: 212-246 -> 295-340 t/s; a9dc2a6:docs/benchmarks.md).
 thread_local std::vector<float> t_expert_out, t_expert_in;
 
 // Distinct ids of a routing, ascending.
@@ -145,8 +145,8 @@ void moe(const MoeSpec& m, const float* x, int64_t T, float* out, const MoePolic
   size_t total = 0;
   for (int32_t e : used) at[size_t(e)] = total, total += by_expert[size_t(e)].size() * size_t(m.dim);
   pt.next("moe.experts");
-  // A batch's outputs in the kept buffer; one token's (K * dim floats) in a vector of its own, as
-  // before the buffers (decode measured no faster with them on the dev VM).
+  // A batch's outputs in the kept buffer; one token's (K * dim floats) in a vector of its own
+  // (decode measured no faster with the kept buffer).
   std::vector<float> ys_token(T == 1 ? total : 0);
   float* ys = T == 1 ? ys_token.data() : grown(t_expert_out, total);
   // Runs experts through one batched op (two parallel regions): one token's, or several
