@@ -16,13 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_pool.h"
 #include "core/aligned.h"
-#include "ops/cpu/ceilings.h"
-#include "core/cpu_features.h"
+#include "backend/cpu/ceilings.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/thread_pool.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/kernels.h"
-#include "ops/group_lanes.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/group_lanes.h"
 #include "util/random_weights.h"
 
 namespace moeflux::bench {
@@ -43,7 +44,7 @@ size_t rotate_bytes() {
 
 // Copies of one weight, far enough apart in memory that reading them in turn misses cache. Made
 // on first use (ready()), so that a filtered run makes only the sets its benchmarks read: every
-// set spans BENCH_OPS_ROTATE_MB, which must exceed the L3 (300 MiB on the GPU host's Xeon).
+// set spans BENCH_OPS_ROTATE_MB, which must exceed the L3 (300 MiB on a 16-core Intel server VM).
 struct WeightSet {
   std::function<test::OwnedWeight()> make;
   bool lanes;
@@ -53,7 +54,7 @@ struct WeightSet {
   std::vector<AlignedVector<uint8_t>> data, scales, biases;
   std::vector<QWeight> views;
   size_t bytes = 0;  // weight + scale + bias bytes of one copy
-  // lanes: every copy's codes rewritten in the group-lane layout (ops/group_lanes.h), as a
+  // lanes: every copy's codes rewritten in the group-lane layout (backend/cpu/group_lanes.h), as a
   // repacked resident pack holds them.
   WeightSet(std::function<test::OwnedWeight()> m, bool l) : make(std::move(m)), lanes(l) {}
   void ready() {

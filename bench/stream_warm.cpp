@@ -41,9 +41,10 @@ int main(int argc, char** argv) {
     decode_tps(*cached, ids);  // fills the cache
     decode_tps(*mapped, ids);  // maps the pages
     for (int p = 0; p < passes; ++p) {
-      cached->expert_cache->reset_stats();
+      ExpertCache& cache = *expert_cache(*cached);
+      cache.reset_stats();
       const double a = decode_tps(*mapped, ids), b = decode_tps(*cached, ids);
-      const auto st = cached->expert_cache->stats();
+      const auto st = cache.stats();
       std::printf("pass %d: mmap %.2f tok/s | warm cache %.2f tok/s (misses %llu, stall %.3f s)\n", p, a, b,
                   (unsigned long long)st.misses, st.stall_s);
     }

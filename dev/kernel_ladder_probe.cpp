@@ -38,11 +38,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/thread_pool.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/kernels.h"
-#include "ops/qweight.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kernels.h"
+#include "format/qweight.h"
 
 using namespace moeflux;
 static std::atomic<int> sink{0};

@@ -4,7 +4,7 @@
 # share of that run's read ceiling.
 #   scripts/bench-ab.sh ROUNDS PACK "name=ENV=1,ENV2=0 name2=ENV=0" [bench args...]
 # A variant's BIN=path selects its binary (default build/src/moeflux); bench args default to
-# "-p 0 -n 32 -r 5". Used for the dev A/Bs of a9dc2a6:docs/benchmarks.md (tenth pass).
+# "-p 0 -n 32 -r 5".
 set -uo pipefail
 rounds=${1:?rounds} pack=${2:?pack}
 read -r -a variants <<<"${3:?variants}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Expert streaming benchmark (issue 9): decode speed, hit rate, I/O rate and stall share of a
+# Expert streaming benchmark: decode speed, hit rate, I/O rate and stall share of a
 # pack at several cache budgets, prefetch on/off, buffered/direct I/O, beside the disk's
 # sequential read rate (measured by each bench run), then the peak RSS of a direct-I/O decode
 # with a cache far smaller than the experts.

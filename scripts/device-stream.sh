@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Expert streaming measurements for a machine with a real disk (the GPU host; no liburing, so
+# Expert streaming measurements for a machine with a real disk (without liburing, so
 # the pread engine): synthesises packs (Qwen3-30B-A3B shapes with LAYERS30 layers, and a
 # Qwen3.5-397B-A17B-shaped pack with LAYERS35 layers), runs scripts/bench-streaming.sh over
 # cache budgets x prefetch x buffered/direct, and measures the peak RSS of a direct-I/O decode

@@ -6,7 +6,7 @@
 // the FMA peak; both ceilings are measured by this run on the same threads (before and after
 // the tests; the higher value is used). The bytes per token count the weights only: at depth,
 // attention also reads the KV cache (2 x layers x kv heads x head_dim x 4 bytes a position).
-// --alternate NAME measures each test with the tuning switch NAME (core/tuning_switch.h) as set
+// --alternate NAME measures each test with the tuning switch NAME (backend/cpu/tuning_switch.h) as set
 // and flipped, in alternation (decode token by token, prefill run by run): two rows, and the
 // paired steps' ratios, which a noisy machine disturbs less than runs in separate processes.
 #include <algorithm>
@@ -19,13 +19,12 @@
 #include "cli/commands.h"
 #include "cli/compute_options.h"
 #include "cli/stream_options.h"
-#include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "core/thread_pool.h"
-#include "core/tuning_switch.h"
 #include "engine/model_stats.h"
-#include "engine/session.h"
-#include "ops/cpu/ceilings.h"
+#include "engine/engine.h"
+#include "stream/streaming.h"
 #include "stream/disk_bench.h"
 #include "stream/routing_profile.h"
 #include "stream/stream_report.h"
@@ -36,7 +35,8 @@ namespace {
 struct BenchArgs {
   std::string model;
   int pp = 512, tg = 128, reps = 5, depth = 0;
-  bool json = false, profile = false;
+  std::vector<int> seqs;  // --seqs: decode this many sequences together (aggregate t/s)
+  bool json = false, profile = false, phases = false;
   std::string alternate;
   ComputeArgs compute;
   StreamArgs stream;
@@ -92,20 +92,32 @@ Runner register_bench(CLI::App& app) {
   sub->add_flag("--json", a->json, "Print the results as JSON");
   sub->add_flag("--profile", a->profile,
                 "Also report the thread pool's parallel regions per token, how busy the threads were in them and how the caller waited for their last chunks");
+  sub->add_flag("--phases", a->phases, "Also print the wall time of each phase of the forward pass to stderr at exit");
   sub->add_option("--alternate", a->alternate,
                   "Measure each test also with this tuning switch flipped, the two runs of each repetition in "
-                  "alternating order (an A/B in one process; e.g. MOEFLUX_MERGED_ROUTE)");
+                  "alternating order (an A/B in one process; e.g. MOEFLUX_MERGED_ROUTE; an unknown name lists them)");
+  sub->add_option("--seqs", a->seqs,
+                  "Also decode this many sequences together (comma-separated counts, e.g. 2,4,8): a row tgN xS "
+                  "each, with the aggregate t/s of all S sequences")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
   add_stream_options(sub, a->stream);
   return [a]() {
-    TuningSwitch* alt = nullptr;
-    if (!a->alternate.empty() && !(alt = TuningSwitch::find(a->alternate))) {
-      std::string all;
-      for (const std::string& n : TuningSwitch::names()) all += (all.empty() ? "" : ", ") + n;
-      fail("--alternate: no tuning switch named ", a->alternate, " (there are: ", all, ")");
-    }
     a->compute.apply();
-    const int threads = a->compute.threads > 0 ? a->compute.threads : physical_core_count();
-    auto model = load_model_cli(a->model, a->stream);
+    if (a->phases) enable_phases();
+    auto model = load_model_cli(a->model, a->stream, a->compute);
+    Backend& be = *model->backend;
+    const bool alt = !a->alternate.empty();
+    if (alt) {
+      const auto names = be.ab_switches();
+      if (std::find(names.begin(), names.end(), a->alternate) == names.end()) {
+        std::string all;
+        for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+        fail("--alternate: the ", be.name(), " backend has no A/B switch named ", a->alternate, " (there are: ",
+             all.empty() ? "none" : all, ")");
+      }
+    }
+    const int threads = std::atoi(be.fact("threads").c_str());
     if (int64_t(a->depth) + a->pp + 1 > model->cfg.max_seq_len || int64_t(a->depth) + a->tg + 1 > model->cfg.max_seq_len)
       fail("depth plus test length exceeds the model's context of ", model->cfg.max_seq_len, " tokens");
     const ModelStats ms = model_stats(*model);
@@ -113,11 +125,9 @@ Runner register_bench(CLI::App& app) {
     // The ceilings are measured before the tests and again after them, and the higher value
     // is used: on a shared machine one measurement can land in a busy moment and make the
     // percentages look better than they are.
-    // One buffer for both read measurements: see bench::ReadBuffer.
-    const bench::ReadBuffer read_buf(size_t(512) << 20);
-    double bw = bench::read_bandwidth_gbs(read_buf, threads);
-    double fma = bench::fma_peak_gflops(threads);
-    ExpertCache* cache = model->expert_cache.get();
+    Backend::Ceilings ceil = be.measure_ceilings();
+    double bw = ceil.read_gbs, fma = ceil.fma_gflops;
+    ExpertCache* cache = expert_cache(*model);
     double disk = 0;
     bool disk_direct = false;
     if (cache) {
@@ -136,7 +146,14 @@ Runner register_bench(CLI::App& app) {
     std::uniform_int_distribution<int32_t> tok(0, int32_t(model->cfg.vocab_size - 1));
     using Clock = std::chrono::steady_clock;
     std::vector<Row> rows;
-    Session s(*model);
+    Engine engine(*model);
+    auto seq = engine.new_sequence();
+    Sequence& s = *seq;
+    // One sequence's tokens through the engine (the single-sequence forward).
+    auto forward = [&](std::span<const int32_t> ids) {
+      const StepItem item{&s, ids, {.all_logits = false}};
+      engine.step({&item, 1});
+    };
     // One test: reps + 1 runs from an empty context (or -d tokens of it), the first a warm-up;
     // `prepare` and the depth's prefill run before the clock starts.
     std::vector<int32_t> context(static_cast<size_t>(a->depth));
@@ -147,12 +164,12 @@ Runner register_bench(CLI::App& app) {
     // of a run disturbs both sides of a pair alike); prefill run by run, the order reversed every
     // other repetition. Rows in variant order.
     const int n_var = alt ? 2 : 1;
-    const bool alt_default = alt && alt->on();
+    const bool alt_default = alt && be.ab_switch(a->alternate);
     auto measure = [&](const std::string& name, int step_tokens, int steps, auto&& prepare, auto&& step) {
       std::vector<Row> vrows(static_cast<size_t>(n_var));
       std::vector<std::vector<double>> tps(static_cast<size_t>(n_var));
       for (int v = 0; v < n_var; ++v)
-        vrows[size_t(v)].test = name + at + (v == 1 ? std::string(" ") + alt->name() + "=" + (alt_default ? "0" : "1") : "");
+        vrows[size_t(v)].test = name + at + (v == 1 ? " " + a->alternate + "=" + (alt_default ? "0" : "1") : "");
       const bool per_step = alt && steps >= 2;
       const int runs = alt && !per_step ? 2 : 1;  // per repetition
       for (int r = -1; r < a->reps; ++r)
@@ -161,14 +178,14 @@ Runner register_bench(CLI::App& app) {
           s.reset();
           if (!context.empty()) {
             for (auto& t : context) t = tok(rng);
-            s.forward(context, {.all_logits = false});
+            forward(context);
           }
           if (i == 0) stats_from(r);
           double sec[2] = {0, 0}, pair[2] = {0, 0};
           int64_t done[2] = {0, 0};
           for (int k = 0; k < steps; ++k) {
             const int v = per_step ? (k % 2) ^ (k / 2 % 2) : r % 2 != 0 ? runs - 1 - i : i;
-            if (alt) alt->set(v == 0 ? alt_default : !alt_default);
+            if (alt) be.set_ab_switch(a->alternate, v == 0 ? alt_default : !alt_default);
             const bool prof = r >= 0 && a->profile;
             if (prof) ThreadPool::reset_profile(), ThreadPool::set_profiling(true);
             const auto t0 = Clock::now();
@@ -182,7 +199,7 @@ Runner register_bench(CLI::App& app) {
           for (int v = 0; v < n_var; ++v)
             if (done[v] > 0) tps[size_t(v)].push_back(double(done[v]) / sec[v]), vrows[size_t(v)].seconds += sec[v];
         }
-      if (alt) alt->set(alt_default);
+      if (alt) be.set_ab_switch(a->alternate, alt_default);
       for (int v = 0; v < n_var; ++v) {
         Row& row = vrows[size_t(v)];
         stats_into(row);  // with --alternate, the cache statistics cover both variants' runs
@@ -197,7 +214,7 @@ Runner register_bench(CLI::App& app) {
       std::vector<int32_t> ids(static_cast<size_t>(a->pp));
       for (Row& row : measure(
                "pp" + std::to_string(a->pp), a->pp, 1, [&] { for (auto& t : ids) t = tok(rng); },
-               [&](int) { s.forward(ids, {.all_logits = false}); })) {
+               [&](int) { forward(ids); })) {
         row.gflops = row.mean * 2.0 * double(ms.params_per_token) / 1e9;
         rows.push_back(row);
       }
@@ -205,29 +222,57 @@ Runner register_bench(CLI::App& app) {
     if (a->tg > 0) {
       for (Row& row : measure("tg" + std::to_string(a->tg), 1, a->tg, [] {}, [&](int) {
              const int32_t id = tok(rng);
-             s.forward(std::span<const int32_t>(&id, 1), {.all_logits = false});
+             forward(std::span<const int32_t>(&id, 1));
            })) {
         row.gbs = row.mean * double(ms.bytes_per_token) / 1e9;
         rows.push_back(row);
       }
+      // Several sequences decoded together, one token of each per step (each from the same
+      // context length as the one-sequence test); t/s counts the tokens of all of them.
+      for (int n_seq : a->seqs) {
+        if (n_seq < 2) continue;
+        std::vector<std::unique_ptr<Sequence>> many;
+        for (int i = 0; i < n_seq; ++i) many.push_back(engine.new_sequence());
+        std::vector<int32_t> ids(static_cast<size_t>(n_seq));
+        std::vector<StepItem> items(static_cast<size_t>(n_seq));
+        for (Row& row : measure(
+                 "tg" + std::to_string(a->tg) + " x" + std::to_string(n_seq), n_seq, a->tg,
+                 [&] {
+                   for (auto& q : many) {
+                     q->reset();
+                     if (context.empty()) continue;
+                     for (auto& t : context) t = tok(rng);
+                     const StepItem item{q.get(), context, {.all_logits = false}};
+                     engine.step({&item, 1});
+                   }
+                 },
+                 [&](int) {
+                   for (int i = 0; i < n_seq; ++i)
+                     ids[size_t(i)] = tok(rng), items[size_t(i)] = StepItem{many[size_t(i)].get(), {&ids[size_t(i)], 1}, {.all_logits = false}};
+                   engine.step(items);
+                 })) {
+          row.gbs = 0;  // the bytes a step reads depend on how the sequences' experts overlap
+          rows.push_back(row);
+        }
+      }
     }
-    bw = std::max(bw, bench::read_bandwidth_gbs(read_buf, threads));
-    fma = std::max(fma, bench::fma_peak_gflops(threads));
+    ceil = be.measure_ceilings();
+    bw = std::max(bw, ceil.read_gbs), fma = std::max(fma, ceil.fma_gflops);
     for (Row& r : rows) {
       if (r.test[0] == 't') r.bw_pct = 100.0 * r.gbs / bw;
       else r.fma_pct = 100.0 * r.gflops / fma;
     }
-    const std::string isa(cpu_isa_name(cpu_isa()));
-    // Repack (model.h): the resident pack's weights, or the expert cache's records as read
+    const std::string isa = be.fact("isa");
+    // Weights in the backend's own layout: the resident pack's, or the expert cache's records as read
     const bool slots = cache && cache->transforms_records();
     double measured_s = 0;  // for --stats: the measured runs' time, which the cache statistics cover
     for (const auto& r : rows) measured_s += r.seconds;
-    const std::string isa_note = isa + (model->repacked_tensors || slots ? ", repacked" : "");
+    const std::string isa_note = isa + (model->prepared_tensors || slots ? ", repacked" : "");
     if (a->json) {
       nlohmann::ordered_json j = {{"model", a->model}, {"arch", model->cfg.arch}, {"weight_bytes", ms.weight_bytes},
                                   {"params", ms.params}, {"bytes_per_token", ms.bytes_per_token},
-                                  {"params_per_token", ms.params_per_token}, {"backend", "cpu"}, {"isa", isa},
-                                  {"repacked_tensors", model->repacked_tensors}, {"repacked_cache_records", slots},
+                                  {"params_per_token", ms.params_per_token}, {"backend", be.name()}, {"isa", isa},
+                                  {"repacked_tensors", model->prepared_tensors}, {"repacked_cache_records", slots},
                                   {"threads", threads}, {"depth", a->depth}, {"read_bw_gbs", bw}, {"fma_peak_gflops", fma},
                                   {"tests", nlohmann::ordered_json::array()}};
       if (cache) j["disk_read_gbs"] = disk, j["disk_read_direct"] = disk_direct;
@@ -250,15 +295,16 @@ Runner register_bench(CLI::App& app) {
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : rows) {
       const bool tg = r.test[0] == 't';
-      std::printf("| %s | %s | %.2f M | cpu (%s) | %d | %s | %.2f +- %.2f | %s | %s | %s | %s | %s |\n",
+      const bool one = r.gbs > 0;  // a one-sequence decode row
+      std::printf("| %s | %s | %.2f M | %s (%s) | %d | %s | %.2f +- %.2f | %s | %s | %s | %s | %s |\n",
                   model->cfg.arch.c_str(), human_bytes(double(ms.weight_bytes)).c_str(), double(ms.params) / 1e6,
-                  isa_note.c_str(), threads, r.test.c_str(), r.mean, r.sd,
-                  tg ? human_bytes(double(ms.bytes_per_token)).c_str() : "",
-                  tg ? num(r.gbs, 2).c_str() : "", tg ? num(r.bw_pct, 1).c_str() : "",
+                  be.name(), isa_note.c_str(), threads, r.test.c_str(), r.mean, r.sd,
+                  tg && one ? human_bytes(double(ms.bytes_per_token)).c_str() : "",
+                  tg && one ? num(r.gbs, 2).c_str() : "", tg && one ? num(r.bw_pct, 1).c_str() : "",
                   tg ? "" : num(r.gflops, 1).c_str(), tg ? "" : num(r.fma_pct, 1).c_str());
     }
     if (alt) {
-      std::printf("\npaired (--alternate %s, as set: %s; decode token by token, prefill run by run):", alt->name(),
+      std::printf("\npaired (--alternate %s, as set: %s; decode token by token, prefill run by run):", a->alternate.c_str(),
                   alt_default ? "on" : "off");
       std::printf("\n");
       for (const auto& r : rows) {
@@ -270,7 +316,7 @@ Runner register_bench(CLI::App& app) {
       }
     }
     if (a->profile) {
-      const int running = cpu_thread_pool().running();  // the threads that run chunks (at most one per CPU)
+      const int running = std::max(1, std::atoi(be.fact("threads_running").c_str()));  // threads that run chunks
       std::printf("\n| test | parallel regions / token | us / region | %% of time in regions | threads busy %% of region time "
                   "| caller's wait, us / region | regions the caller slept in %% | worker sleeps / token "
                   "| regions stalled %% | regions on the caller alone %% |\n");

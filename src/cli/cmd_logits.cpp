@@ -44,7 +44,7 @@ Runner register_logits(CLI::App& app) {
     const auto ids = parse_id_list(a->ids, "--ids");
     a->compute.apply();
     auto t0 = std::chrono::steady_clock::now();
-    auto model = load_model_cli(a->model, a->stream);
+    auto model = load_model_cli(a->model, a->stream, a->compute);
     set_mla_path(*model, parse_mla_path(a->mla, "--mla"));
     Session s(*model);
     const int64_t V = model->cfg.vocab_size;

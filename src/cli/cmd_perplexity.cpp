@@ -49,7 +49,7 @@ Runner register_perplexity(CLI::App& app) {
     check_stream_args(a->model, a->stream);
     require_model_tokenizer(a->model, a->tokenizer);
     Tokenizer tok = Tokenizer::load(a->tokenizer.empty() ? a->model : a->tokenizer);
-    auto model = load_model_cli(a->model, a->stream);
+    auto model = load_model_cli(a->model, a->stream, a->compute);
     auto ids = tok.encode(text);
     if (a->max_tokens > 0 && int64_t(ids.size()) > a->max_tokens) ids.resize(size_t(a->max_tokens));
     const int64_t stride = a->stride > 0 ? a->stride : a->ctx;

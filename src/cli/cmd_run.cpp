@@ -9,7 +9,6 @@
 #include "cli/gen_options.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
-#include "core/thread_pool.h"
 #include "model/model.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -81,7 +80,7 @@ Runner register_run(CLI::App& app) {
       nlohmann::ordered_json j = {{"text", st.text}, {"tokens", st.tokens}, {"prompt_tokens", st.prompt_tokens},
                                   {"generated_tokens", st.generated_tokens}, {"stop_reason", st.stop_reason},
                                   {"ttft_s", st.ttft_s}, {"prefill_s", st.prefill_s}, {"decode_s", st.decode_s},
-                                  {"load_s", load_s}, {"threads", cpu_threads()},
+                                  {"load_s", load_s}, {"threads", std::atoi(model->backend->fact("threads").c_str())}, {"backend", model->backend->describe()},
                                   {"seed", opt.sampling.seed}};
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {

@@ -4,13 +4,17 @@
 #include <utility>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
 
 namespace moeflux::cli {
 
 void add_compute_options(CLI::App* sub, ComputeArgs& a) {
+  std::string names;
+  for (const auto& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
+  sub->add_option("--backend", a.backend, "Compute backend: " + names)->check(CLI::IsMember(backend_names()));
   sub->add_option("-t,--threads", a.threads, "CPU threads (0: one per physical core)")->check(CLI::Range(0, 1024));
-  sub->add_option("--backend", a.backend, "Compute backend (this build has only cpu)")->check(CLI::IsMember({"cpu"}));
+  sub->add_option("--cpu-isa", a.cpu_isa,
+                  "Instruction set of the CPU kernels (default: the best this CPU has; lower ones for comparisons)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "avx512vnni"}));
   sub->add_option("--n-gpu-layers", a.gpu_layers,
                   "llama.cpp's -ngl: GPU offload is chosen with --backend, and this build has only the cpu backend")
       ->check(CLI::Range(0, 1 << 20));
@@ -20,7 +24,15 @@ void ComputeArgs::apply() const {
   if (gpu_layers > 0)
     fail("-ngl / --n-gpu-layers ", gpu_layers, ": GPU offload is chosen with --backend, and this build has only the "
          "cpu backend (--backend cpu); drop -ngl to run on the CPU");
-  set_cpu_threads(threads);
+}
+
+BackendOptions ComputeArgs::backend_options(Repack repack) const {
+  BackendOptions o;
+  o.name = backend;
+  o.cpu.threads = threads;
+  o.cpu.isa = cpu_isa;
+  o.cpu.repack = repack;
+  return o;
 }
 
 std::vector<std::string> rewrite_llama_flags(int argc, const char* const* argv) {

@@ -1,4 +1,4 @@
-// Options every command that runs the model shares: -t/--threads, --backend, and the
+// Options every command that runs the model shares: --backend, -t/--threads, --cpu-isa, and the
 // llama.cpp flags moeflux refuses with a pointer to its own (-ngl / --n-gpu-layers). Also the
 // rewriting of llama.cpp's multi-letter single-dash flags (-sys, -ngl), which CLI11 cannot name.
 #pragma once
@@ -6,15 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "backend/registry.h"
+
 namespace moeflux::cli {
 
 struct ComputeArgs {
   int threads = 0;  // 0: physical cores
   std::string backend = "cpu";
-  int gpu_layers = 0;  // -ngl: accepted only as 0 (no offload)
+  std::string cpu_isa;  // empty: the best the CPU has
+  int gpu_layers = 0;   // -ngl: accepted only as 0 (no offload)
 
-  // Refuses -ngl > 0, then sets the CPU thread count. Call before loading the model.
+  // Refuses -ngl > 0. Call before loading the model.
   void apply() const;
+  // The backend these options ask for; repack: the CPU's weight layout (--no-repack: Off).
+  BackendOptions backend_options(Repack repack = Repack::Auto) const;
 };
 
 void add_compute_options(CLI::App* sub, ComputeArgs& a);

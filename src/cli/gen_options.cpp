@@ -68,7 +68,7 @@ GenerateOptions GenArgs::options(const std::vector<int32_t>& eos_ids) const {
 }
 
 std::unique_ptr<Model> GenArgs::load(double* load_s) const {
-  auto m = load_model_cli(model, stream, load_s);
+  auto m = load_model_cli(model, stream, compute, load_s);
   if (ctx_size > m->cfg.max_seq_len)
     fail("--ctx-size ", ctx_size, " is more than the model's context of ", m->cfg.max_seq_len, " tokens");
   if (ctx_size > 0) m->cfg.max_seq_len = ctx_size;

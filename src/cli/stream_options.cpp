@@ -63,7 +63,6 @@ StreamOptions StreamArgs::options() const {
   o.pin_share = pin_share;
   o.mlock_dense = mlock;
   o.resident = !mmap;
-  o.repack = no_repack ? Repack::Off : Repack::Auto;
   o.need_cache = !save_profile.empty() || cache_policy_given;
   if (!o.enabled && (verify || !pin_profile.empty() || !save_profile.empty()))
     fail("--verify-experts, --pin-profile and --save-profile need the expert cache (not --io mmap)");
@@ -84,23 +83,25 @@ void check_stream_args(const std::string& dir, const StreamArgs& a) {
   check_pack_cache_budget(dir, o);
 }
 
-std::unique_ptr<Model> load_model_cli(const std::string& dir, const StreamArgs& a, double* load_s) {
+std::unique_ptr<Model> load_model_cli(const std::string& dir, const StreamArgs& a, const ComputeArgs& c,
+                                      double* load_s) {
   check_stream_args(dir, a);
+  auto backend = make_backend(c.backend_options(a.no_repack ? Repack::Off : Repack::Auto));
   LoadProgress progress(isatty(STDERR_FILENO) ? stderr : nullptr, dir);
-  auto m = load_model(dir, a.options());
+  auto m = load_model(dir, a.options(), std::move(backend));
   const double secs = progress.finish();
   if (load_s) *load_s = secs;
-  if (!m->expert_cache && (!a.save_profile.empty() || !a.pin_profile.empty()))
+  if (!expert_cache(*m) && (!a.save_profile.empty() || !a.pin_profile.empty()))
     fail(dir, ": --save-profile / --pin-profile need a pack (convert the checkpoint first)");
   return m;
 }
 
 void finish_streaming(const Model& m, const StreamArgs& a, double elapsed_s) {
-  if (!m.expert_cache) {
+  if (!expert_cache(m)) {
     if (a.stats) std::fprintf(stderr, "expert cache: not in use (checkpoint directory or --io mmap)\n");
     return;
   }
-  const ExpertCache& c = *m.expert_cache;
+  const ExpertCache& c = *expert_cache(m);
   if (!a.save_profile.empty()) save_routing_profile(a.save_profile, c.layers(), c.access_counts());
   if (a.stats) std::fprintf(stderr, "%s", format_stream_stats(c.stats(), c.options(), elapsed_s).c_str());
 }

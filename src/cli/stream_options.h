@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/compute_options.h"
 #include "stream/streaming.h"
 
 namespace moeflux::cli {
@@ -24,8 +25,10 @@ void add_stream_options(CLI::App* sub, StreamArgs& a);
 // Checks before loading: the model path (model_path.h), the option syntax, the cache budget
 // against the pack and the machine (an --expert-cache on a checkpoint: a warning).
 void check_stream_args(const std::string& dir, const StreamArgs& a);
-// check_stream_args, then load_model with a progress line on a terminal; *load_s: seconds.
-std::unique_ptr<Model> load_model_cli(const std::string& dir, const StreamArgs& a, double* load_s = nullptr);
+// check_stream_args, then the backend of `c` (and --no-repack), then load_model for it with a
+// progress line on a terminal; *load_s: seconds.
+std::unique_ptr<Model> load_model_cli(const std::string& dir, const StreamArgs& a, const ComputeArgs& c,
+                                      double* load_s = nullptr);
 // After a run: --save-profile, and --stats to stderr (elapsed_s: the run's wall time).
 void finish_streaming(const Model& m, const StreamArgs& a, double elapsed_s);
 

@@ -7,7 +7,8 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
-#include "ops/cpu/cpu_ops.h"
+#include "core/cpu_count.h"
+#include "core/thread_pool.h"
 
 namespace moeflux {
 
@@ -22,9 +23,10 @@ std::string Target::describe() const {
 }
 
 void parallel_rows(int64_t rows, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& fn) {
-  // The ops' own split (guided chunks on the CPU pool, inline below 256 KiB of work), an element
-  // of work counted as the 4 bytes of its f32.
-  for_tokens(rows, work_per_row * int64_t(sizeof(float)), fn);
+  // Below 64K elements of work the hand-off costs more than it saves.
+  if (rows <= 1 || rows * work_per_row < (int64_t(1) << 16)) return fn(0, rows);
+  static ThreadPool pool(physical_core_count());
+  pool.parallel_for_guided(rows, 1, 1, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
 }
 
 uint8_t f32_to_f8e4m3(float x) {

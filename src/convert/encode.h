@@ -10,7 +10,7 @@
 
 #include "format/config.h"
 #include "format/pack_manifest.h"
-#include "ops/qweight.h"
+#include "format/qweight.h"
 
 namespace moeflux {
 
@@ -58,7 +58,7 @@ std::vector<OutPart> encode_linear(const QWeight& w, const Target& t, bool drop_
 // f32 -> e4m3fn, round to nearest even, saturating to +-448; NaN -> 0x7f.
 uint8_t f32_to_f8e4m3(float x);
 
-// Runs fn(r0, r1) over [0, rows) on the CPU thread pool (for_tokens, ops/cpu/cpu_ops.h) when
+// Runs fn(r0, r1) over [0, rows) on a thread pool of one thread per physical core when
 // rows * work_per_row elements of work are enough (64K); inline otherwise.
 void parallel_rows(int64_t rows, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& fn);
 

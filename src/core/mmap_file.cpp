@@ -67,8 +67,8 @@ const uint8_t* read_resident(int fd, const std::string& path, size_t size, size_
         at += size_t(n);
       }
       // Read-only from here, then one load per 4 KiB page while the other threads still copy.
-      // On the dev VM the first read of each 4 KiB page after an mprotect costs ~1 us (one
-      // load per 2 MiB does not help; without the mprotect there is no cost): a first pass
+      // In a VM the first read of each 4 KiB page after an mprotect costs ~1 us (one
+      // load per 2 MiB does not help; without the mprotect there is no cost): a first read
       // streamed ~5 GB/s instead of ~40, and decode paid it on every expert it met first.
       ::mprotect(buf + i * piece, span_end - i * piece, PROT_READ);
       touch_pages(buf + i * piece, end - i * piece);

@@ -1,6 +1,6 @@
 // A read-only file in memory (RAII): memory-mapped, or (Resident) copied once into anonymous
 // memory that asks for transparent huge pages. Resident weights stream faster than mapped
-// page-cache pages (measured +12% decode on the dev Zen 5 VM: a 4 KiB page costs a TLB walk,
+// page-cache pages (measured +12% decode on a Zen 5 VM: a 4 KiB page costs a TLB walk,
 // nested under virtualisation) at the price of a read at open and no sharing between
 // processes. Opening failures raise moeflux::Error naming the path.
 #pragma once
@@ -27,7 +27,7 @@ class MmapFile {
   // resident copy keeps them (dropping anonymous pages would discard the data).
   void drop_pages(const void* p, size_t n) const;
   // A resident copy made writable, so that a layout can be rewritten in place (the
-  // group-lane code layout, ops/group_lanes.h). PRECOND: resident().
+  // group-lane code layout, backend/cpu/group_lanes.h). PRECOND: resident().
   void make_writable() const;
 
  private:

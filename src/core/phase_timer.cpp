@@ -1,6 +1,7 @@
 // Phase totals (see phase_timer.h), kept in a small map under a mutex and printed at exit.
 #include "core/phase_timer.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -24,13 +25,11 @@ Phases& phases() {
 }
 }  // namespace
 
-bool phases_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOEFLUX_PHASES");
-    return e && *e && *e != '0';
-  }();
-  return on;
-}
+std::atomic<bool> g_phases{false};
+
+bool phases_enabled() { return g_phases.load(std::memory_order_relaxed); }
+
+void enable_phases() { g_phases.store(true); }
 
 void phase_add(const char* name, double seconds) {
   Phases& p = phases();

@@ -1,12 +1,13 @@
 // Wall time per named phase of a forward pass, for finding the serial parts of a run on a
-// machine without a profiler: MOEFLUX_PHASES=1 prints the totals to stderr at exit. Off (one
-// relaxed load per phase) otherwise.
+// machine without a profiler: once enable_phases() has run (moeflux bench --phases), the totals
+// are printed to stderr at exit. Off (one relaxed load per phase) otherwise.
 #pragma once
 #include <chrono>
 
 namespace moeflux {
 
 bool phases_enabled();
+void enable_phases();
 void phase_add(const char* name, double seconds);
 
 // Adds the wall time from its start (or the last next()) to the current phase name (a string

@@ -5,30 +5,25 @@
 // the chunk it runs; the caller waits for the chunks, not for every worker.
 #include "core/thread_pool.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
-#include "core/cpu_features.h"
+#include "core/cpu_count.h"
 #include "core/error.h"
 
 namespace moeflux {
 
 namespace {
 thread_local bool t_in_pool_task = false;
-// Polls between jobs before a worker sleeps: ~0.5-1 ms while the pool runs at full width,
-// a few us once it has narrowed (the machine is busy: a polling worker holds a CPU that a
-// thread with work may need).
-constexpr int kSpinIters = 20000, kNarrowSpinIters = 200;
+// Polls between jobs before a worker sleeps (~0.5-1 ms), at any width: the workers taking
+// part have CPUs (the width drops while others take them).
+constexpr int kSpinIters = 20000;
 constexpr int64_t kStallNs = int64_t(ThreadPool::kStallUs) * 1000;
-// The quiet spell before a narrowed pool widens again: doubled by each narrowing soon after a
-// rise, back to the least after kQuietResetNs without one.
-constexpr int64_t kQuietMinNs = 20'000'000, kQuietMaxNs = 2'000'000'000, kQuietResetNs = 5'000'000'000;
-// A bad region (stalled or underfilled) adds kBadScore, a good one takes 1 off; the pool
-// narrows at kNarrowScore (at once on a stall): it narrows where more than about a fifth of
-// the regions go badly, not on a rare late thread.
-constexpr int kBadScore = 4, kNarrowScore = 8;
 
 std::atomic<bool> g_profiling{false};
 std::atomic<uint64_t> g_regions{0}, g_region_ns{0}, g_busy_ns{0}, g_tail_ns{0}, g_slept{0}, g_worker_sleeps{0},
@@ -40,6 +35,44 @@ int64_t now_ns() {
   return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                      std::chrono::steady_clock::now().time_since_epoch())
                      .count());
+}
+
+// The calling thread's time runnable but not running, from the kernel (the second field of
+// /proc/thread-self/schedstat, ns; ~1 us a read). contended(now) looks at most every kLookNs
+// and tells whether the thread spent 1 / kContendedDen or more of the time since its last look
+// waiting so for a CPU; false where the kernel does not tell.
+class RunDelay {
+ public:
+  static constexpr int64_t kLookNs = 5'000'000, kContendedDen = 8;
+
+  RunDelay() : fd_(::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)) {}
+  ~RunDelay() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RunDelay(const RunDelay&) = delete;
+  RunDelay& operator=(const RunDelay&) = delete;
+
+  bool contended(int64_t now) {
+    if (fd_ < 0 || now - last_look_ < kLookNs) return false;
+    char buf[96];
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    unsigned long long ran = 0, waited = 0;
+    if (n <= 0) return false;
+    buf[n] = 0;
+    if (std::sscanf(buf, "%llu %llu", &ran, &waited) != 2) return false;
+    const bool contended = last_look_ > 0 && (int64_t(waited) - last_waited_) * kContendedDen >= now - last_look_;
+    last_look_ = now, last_waited_ = int64_t(waited);
+    return contended;
+  }
+
+ private:
+  int fd_;
+  int64_t last_look_ = 0, last_waited_ = 0;
+};
+
+RunDelay& run_delay() {
+  thread_local RunDelay r;
+  return r;
 }
 }  // namespace
 
@@ -54,11 +87,32 @@ void ThreadPool::reset_profile() {
   g_inline_regions = 0;
 }
 
-ThreadPool::ThreadPool(int n_threads, int max_running) : size_(n_threads) {
+int PoolWidth::update(bool stalled, int64_t now) {
+  if (stalled && width_ > 1 && now - last_stall_ <= kStallPairNs) {
+    quiet_ns_ = now - last_raise_ < 2 * quiet_ns_ ? std::min(2 * quiet_ns_, kQuietMaxNs) : kQuietMinNs;
+    last_narrow_ = now, next_raise_ = now + quiet_ns_, last_stall_ = kNever;
+    --width_;
+  } else if (stalled) {
+    last_stall_ = now;
+  } else if (width_ < running_ && now >= next_raise_) {
+    last_raise_ = now, last_stall_ = kNever;
+    ++width_;
+  }
+  if (now - last_narrow_ >= kQuietResetNs) quiet_ns_ = kQuietMinNs;
+  return width_;
+}
+
+namespace {
+int running_threads(int n_threads, int max_running) {
   MF_ASSERT(n_threads >= 1 && max_running >= 0);
-  const int running = std::min(n_threads, max_running > 0 ? max_running : available_cpus());
+  return std::min(n_threads, max_running > 0 ? max_running : available_cpus());
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads, int max_running)
+    : size_(n_threads), width_rule_(running_threads(n_threads, max_running)) {
+  const int running = width_rule_.width();
   done_ = std::make_unique<DoneSlot[]>(size_t(running));
-  blocked_.assign(size_t(running), false);
   width_.store(running), active_ = running - 1;
   workers_.reserve(size_t(running - 1));
   for (int i = 0; i + 1 < running; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -126,22 +180,15 @@ int64_t ThreadPool::done_by_workers(uint64_t generation) const {
   return sum;
 }
 
-int ThreadPool::participants(uint64_t generation) const {
-  int n = 0;
-  for (size_t w = 0; w < workers_.size(); ++w) n += done_[w].generation.load(std::memory_order_relaxed) == generation;
-  return n;
-}
-
 void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+  uint64_t seen = 0, jobs = 0;
   for (;;) {
     // Fast path: a job published while spinning is taken without the lock (its fields were
     // written before the release store of published_). Workers above the width skip it.
     uint64_t p = published_.load(std::memory_order_acquire);
     const int w = width_.load(std::memory_order_relaxed);
     if (index + 1 < w) {
-      const int spins = w == running() ? kSpinIters : kNarrowSpinIters;
-      for (int i = 0; i < spins && p == seen; ++i) {
+      for (int i = 0; i < kSpinIters && p == seen; ++i) {
         cpu_relax();
         p = published_.load(std::memory_order_acquire);
       }
@@ -152,54 +199,41 @@ void ThreadPool::worker_loop(int index) {
       for (;;) {
         if (stop_) return;
         if (index >= active_) {
-          blocked_[size_t(index)] = true, park_cv_.wait(lock);
+          park_cv_.wait(lock);
         } else if (generation_ == seen) {
-          blocked_[size_t(index)] = true, start_cv_.wait(lock);
+          start_cv_.wait(lock);
         } else {
           break;
         }
-        blocked_[size_t(index)] = false;
       }
       p = generation_;
     }
     if (p == ~uint64_t(0)) return;  // stop
     seen = p;
     const int64_t ran = take_chunks();
-    if (ran == 0) continue;
-    // It ran chunks of the job current at its first claim (no later job starts before they
-    // are counted), which may be newer than p.
-    const uint64_t g = job_generation_;
-    seen = std::max(seen, g);
-    done_[size_t(index)].chunks.store(ran, std::memory_order_relaxed);
-    // seq_cst store and load against the caller's seq_cst store of caller_waiting_ and its
-    // check of the slots: either it sees this slot or this worker sees it waiting.
-    done_[size_t(index)].generation.store(g, std::memory_order_seq_cst);
-    if (caller_waiting_.load(std::memory_order_seq_cst)) {
-      std::lock_guard<std::mutex> lock(mu_);  // pairs with the caller's wait under mu_
-      done_cv_.notify_one();
+    if (ran > 0) {
+      // It ran chunks of the job current at its first claim (no later job starts before they
+      // are counted), which may be newer than p.
+      const uint64_t g = job_generation_;
+      seen = std::max(seen, g);
+      done_[size_t(index)].chunks.store(ran, std::memory_order_relaxed);
+      // seq_cst store and load against the caller's seq_cst store of caller_waiting_ and its
+      // check of the slots: either it sees this slot or this worker sees it waiting.
+      done_[size_t(index)].generation.store(g, std::memory_order_seq_cst);
+      if (caller_waiting_.load(std::memory_order_seq_cst)) {
+        std::lock_guard<std::mutex> lock(mu_);  // pairs with the caller's wait under mu_
+        done_cv_.notify_one();
+      }
     }
+    // Every 16th job, its chunks counted: a look at its time kept off the CPU (RunDelay looks
+    // at most every few ms).
+    if ((++jobs & 15) == 0 && run_delay().contended(now_ns())) contended_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
-void ThreadPool::adapt_width(bool bad, bool stalled) {
-  const int64_t now = now_ns();
+void ThreadPool::adapt_width(bool stalled) {
   const int w = width_.load(std::memory_order_relaxed);
-  if (bad) {
-    score_ += stalled ? kNarrowScore : kBadScore;
-  } else if (score_ > 0) {
-    --score_;
-  }
-  int to = w;
-  if (score_ >= kNarrowScore && w > 1) {
-    quiet_ns_ = now - last_raise_ < 2 * quiet_ns_ ? std::min(2 * quiet_ns_, kQuietMaxNs) : kQuietMinNs;
-    last_narrow_ = now, next_raise_ = now + quiet_ns_;
-    to = w - 1, score_ = 0;
-  } else if (!bad && w < running() && now >= next_raise_) {
-    // Two bad regions soon after a rise narrow again (the first region often finds the
-    // woken worker late).
-    last_raise_ = now, to = w + 1, score_ = 0;
-  }
-  if (now - last_narrow_ >= kQuietResetNs) quiet_ns_ = kQuietMinNs;
+  const int to = width_rule_.update(stalled, now_ns());
   if (to == w) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -215,7 +249,7 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   mult = std::max<int64_t>(1, mult);
   std::unique_lock<std::mutex> run_lock(run_mu_, std::try_to_lock);
   const bool can_share = !workers_.empty() && n > grain && !t_in_pool_task && run_lock.owns_lock();
-  if (can_share && width_.load(std::memory_order_relaxed) == 1) adapt_width(false, false);  // time to widen?
+  if (can_share && width_.load(std::memory_order_relaxed) == 1) adapt_width(false);  // time to widen?
   const bool narrowed = can_share && width_.load(std::memory_order_relaxed) == 1;
   if (!can_share || narrowed) {
     // Inline: one thread gains nothing from short chunks (guided: one chunk). A region the
@@ -233,12 +267,11 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
   }
   const bool prof = g_profiling.load(std::memory_order_relaxed);
   const uint64_t item_stalls = g_item_stalls.load(std::memory_order_relaxed);
+  const uint64_t contended = contended_.load(std::memory_order_relaxed);
   const int64_t t0 = now_ns();
   uint64_t gen = 0;
-  bool all_awake = true;  // every worker taking part was polling, none asleep on the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int i = 0; i < active_; ++i) all_awake = all_awake && !blocked_[size_t(i)];
     fn_ = fn, ctx_ = ctx, n_ = n, grain_ = grain, guided_ = guided_div > 0;
     if (guided_) {
       bounds_.clear();
@@ -281,54 +314,20 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t guided_div, int64_t mult,
     error_ = nullptr;
   }
   const int64_t t1 = now_ns();
+  // Stalled (PoolWidth): the caller waited kStallUs or more, and more than twice its own
+  // chunks' time, on chunks that other threads had claimed; or an item waited that long on
+  // another (wait_until); or a thread of the pool, the caller included, found itself kept
+  // waiting for a CPU.
   const bool stalled = (t1 - t_own >= kStallNs && t1 - t_own > 2 * (t_own - t0)) ||
-                       g_item_stalls.load(std::memory_order_relaxed) != item_stalls;
-  // Underfilled: enough chunks for two each, yet at most half the threads took any (the
-  // others were off their CPUs, or the caller was while a worker ran them all). A worker woken
-  // from its sleep is often late for a short region too: such regions count half.
-  const int w = width_.load(std::memory_order_relaxed);
-  const bool underfilled = chunks_ >= 2 * w && 2 * (participants(gen) + (own > 0 ? 1 : 0)) <= w;
-  if (underfilled && !stalled && !all_awake && (woken_underfilled_ ^= true)) {
-    adapt_width(false, false);
-  } else {
-    adapt_width(stalled || underfilled, stalled);
-  }
+                       g_item_stalls.load(std::memory_order_relaxed) != item_stalls ||
+                       contended_.load(std::memory_order_relaxed) != contended || run_delay().contended(t1);
+  adapt_width(stalled);
   if (prof) {
     g_regions.fetch_add(1, std::memory_order_relaxed), g_region_ns.fetch_add(uint64_t(t1 - t0), std::memory_order_relaxed);
     g_tail_ns.fetch_add(uint64_t(t1 - t_own), std::memory_order_relaxed);
     if (stalled) g_stalls.fetch_add(1, std::memory_order_relaxed);
   }
   if (err) std::rethrow_exception(err);
-}
-
-namespace {
-std::mutex g_pool_mu;
-std::unique_ptr<ThreadPool> g_pool;
-int g_threads = 0;  // 0: physical cores
-}  // namespace
-
-int cpu_threads() {
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  return g_threads > 0 ? g_threads : physical_core_count();
-}
-
-ThreadPool& cpu_thread_pool() {
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  if (!g_pool) g_pool = std::make_unique<ThreadPool>(g_threads > 0 ? g_threads : physical_core_count());
-  return *g_pool;
-}
-
-void set_cpu_threads(int n) {
-  if (n < 0 || n > kMaxThreads)
-    fail("threads: ", n, " is out of range (1 to ", kMaxThreads, ", or 0 for one per physical core)");
-  static std::atomic<int> warned{0};
-  const int cpus = available_cpus();
-  if (n > cpus && warned.exchange(n) != n)
-    std::fprintf(stderr, "moeflux: warning: %d threads on %d CPUs: at most %d run at once\n", n, cpus, cpus);
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  g_threads = n;
-  const int want = g_threads > 0 ? g_threads : physical_core_count();
-  if (g_pool && g_pool->size() != want) g_pool.reset();
 }
 
 }  // namespace moeflux

@@ -6,7 +6,7 @@
 // The pool stays fast when it has fewer CPUs than threads (a busy machine, a thread count
 // above the core count): no more threads run than the process has CPUs, a region waits only
 // for the threads that took chunks of it, every wait is bounded before it sleeps, and a
-// region that stalls on a descheduled thread narrows the pool for a while (see width()).
+// region that stalls on a descheduled thread narrows the pool for a while (see PoolWidth).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -36,7 +36,7 @@ struct PoolProfile {
   double tail_s = 0;       // the caller, from its last chunk to the region's end
   uint64_t slept = 0;      // regions whose caller outwaited its spin and slept on the workers
   uint64_t worker_sleeps = 0;  // times a worker outwaited its spin between jobs and slept
-  uint64_t stalls = 0;     // regions that waited ThreadPool::kStallUs or more on a late thread
+  uint64_t stalls = 0;     // regions that stalled (PoolWidth): a late thread, or one kept waiting for a CPU
   uint64_t inline_regions = 0;  // of the regions, those run on the caller alone (the pool had narrowed to 1)
 
   PoolProfile& operator+=(const PoolProfile& o) {
@@ -46,10 +46,47 @@ struct PoolProfile {
   }
 };
 
+// How many threads take part in regions (ThreadPool::width()), from the regions' stalls over
+// time; apart from the pool, so that tests drive it with their own clock.
+//
+// The rule. A region stalled where it shows a thread of the pool kept off its CPU: the caller
+// waited ThreadPool::kStallUs or more on chunks that others had claimed (and more than twice
+// its own chunks' time), or an item that long on another item (ThreadPool::wait_until); or
+// where a thread of the pool, looking at the kernel's count of its time runnable but not
+// running (/proc/thread-self/schedstat) every few ms, found an eighth or more of the time since
+// its last look spent so (more threads want the CPUs than there are). The width drops by one
+// where a region stalls within kStallPairNs of the previous stall at this width, and for
+// nothing else: one stall alone is a passing kernel thread or the like (a pool that fills the
+// machine meets a few a second, and narrowing would not avoid them), and a region that few
+// threads joined is no evidence at all (on many threads most decode regions are short, and
+// their chunks are gone before every worker has looked). The width rises by one per region once
+// a quiet spell has passed since the last drop: 20 ms, doubled (up to 2 s) by each drop within
+// two spells of a rise, back to 20 ms after 5 s without a drop. The threads still taking part
+// poll as long as at full width: the drops leave them CPUs of their own.
+class PoolWidth {
+ public:
+  static constexpr int64_t kStallPairNs = 50'000'000;
+  static constexpr int64_t kQuietMinNs = 20'000'000, kQuietMaxNs = 2'000'000'000, kQuietResetNs = 5'000'000'000;
+
+  // PRECOND: running >= 1.
+  explicit PoolWidth(int running) : running_(running), width_(running) {}
+  int width() const { return width_; }
+  // After a region (stalled or not), or before one that the pool at width 1 would run on the
+  // caller: returns the width from now on. now_ns: a steady clock.
+  int update(bool stalled, int64_t now_ns);
+
+ private:
+  static constexpr int64_t kNever = INT64_MIN / 2;
+  int running_, width_;
+  int64_t last_stall_ = kNever;  // the last stall at this width
+  int64_t last_raise_ = 0, last_narrow_ = 0, next_raise_ = 0, quiet_ns_ = 0;
+};
+
 class ThreadPool {
  public:
   // A wait this long (us) for another thread of a region counts as a stall: that thread was
-  // descheduled (a chunk takes far less on a thread that runs).
+  // descheduled (a chunk takes far less on a thread that runs, and a polling worker notices
+  // a job within a microsecond).
   static constexpr int kStallUs = 500;
 
   // Work is split for n_threads (size(), the caller included); at most max_running of them
@@ -64,10 +101,8 @@ class ThreadPool {
   int size() const { return size_; }
   // Threads that run chunks, the caller included.
   int running() const { return int(workers_.size()) + 1; }
-  // Threads taking part in regions now (1 to running()). It drops by one after a stalled
-  // region, or where regions keep going badly (at most half the threads took chunks of a
-  // region that had two for each; half of those that began with a worker asleep), and rises by one after a quiet spell that doubles with each
-  // drop soon after a rise (20 ms to ~2 s) and resets after a few seconds without drops.
+  // Threads taking part in regions now (1 to running()): narrowed after stalled regions and
+  // widened after quiet spells (PoolWidth).
   int width() const { return width_.load(std::memory_order_relaxed); }
 
   // Profiling of every pool (off by default: it reads the clock around every chunk).
@@ -114,13 +149,12 @@ class ThreadPool {
   int64_t take_chunks();
   int64_t done_by_workers(uint64_t generation) const;
   void worker_loop(int index);
-  int participants(uint64_t generation) const;  // workers that ran chunks of the job
-  void adapt_width(bool bad, bool stalled);
+  void adapt_width(bool stalled);
   static void wait_slow(bool (*ready)(void*), void* ctx);
 
   // Per worker, on a cache line of its own: the chunks it ran of job `generation` (chunks
   // written first). The caller adds these up instead of sharing a countdown (each contended
-  // read-modify-write of one line costs ~0.1-0.2 us on a 16-thread Xeon) and waits for no
+  // read-modify-write of one line costs ~0.1-0.2 us on 16 threads) and waits for no
   // worker that took no chunk.
   struct alignas(64) DoneSlot {
     std::atomic<int64_t> chunks{0};
@@ -139,11 +173,7 @@ class ThreadPool {
   std::atomic<int> width_{1};
   // Workers [0, active_) take part in jobs; the others sleep on park_cv_. Under mu_.
   int active_ = 0;
-  std::vector<bool> blocked_;  // per worker: asleep on start_cv_ or park_cv_ (under mu_)
-  // Width adaptation, the caller's only (steady clock, ns).
-  int64_t last_raise_ = 0, last_narrow_ = 0, next_raise_ = 0, quiet_ns_ = 0;
-  int score_ = 0;
-  bool woken_underfilled_ = false;  // toggled by each underfilled region that began with a worker asleep
+  PoolWidth width_rule_;  // the caller's only
 
   // The current job (written before published_ is bumped). A claim is one fetch_add on
   // ticket_, which the caller sets to kTicketEnd - chunks: a value below kTicketEnd is chunk
@@ -159,19 +189,9 @@ class ThreadPool {
   std::vector<int64_t> bounds_;
   alignas(64) std::atomic<int64_t> ticket_{kTicketEnd};
   alignas(64) std::atomic<uint64_t> published_{0};  // generation_ readable without the lock (spinning)
+  alignas(64) std::atomic<uint64_t> contended_{0};   // workers that found themselves kept off their CPUs
   std::atomic<bool> abort_{false};                  // a chunk threw: the rest are skipped
   std::exception_ptr error_;
 };
-
-// Thread counts above this are refused (set_cpu_threads).
-inline constexpr int kMaxThreads = 512;
-
-// The pool the CPU ops use; created on first use with cpu_threads() threads.
-ThreadPool& cpu_thread_pool();
-int cpu_threads();
-// Sets the thread count of cpu_thread_pool() (default: physical cores); 0 means default.
-// Raises Error for n < 0 or n > kMaxThreads; above available_cpus() it warns once on stderr
-// that only that many run at once. Not to be called while ops are running.
-void set_cpu_threads(int n);
 
 }  // namespace moeflux

@@ -1,5 +1,4 @@
-// Session: the per-sequence state of one conversation with a model (one LayerState per
-// layer, the position, the tokens so far) and the forward pass over it. Prefill and decode
+// Session: one sequence of an Engine with the single-conversation API. Prefill and decode
 // are the same call: forward() with T tokens appends them to the state and returns logits.
 #pragma once
 #include <cstdint>
@@ -7,41 +6,29 @@
 #include <span>
 #include <vector>
 
-#include "model/model.h"
+#include "engine/engine.h"
 
 namespace moeflux {
 
-struct ForwardOptions {
-  bool all_logits = true;               // false: only the last position's logits
-  std::vector<float>* hidden = nullptr;  // if set: (n_layers + 1, T, dim) as transformers'
-                                         // output_hidden_states (last entry after final norm)
-};
-
 class Session {
  public:
-  explicit Session(const Model& m);
-  int64_t pos() const { return int64_t(tokens_.size()); }
-  const Model& model() const { return m_; }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
-  void reset();
-  size_t state_bytes() const;
+  explicit Session(const Model& m) : engine_(m), seq_(engine_.new_sequence()) {}
+  int64_t pos() const { return seq_->pos(); }
+  const Model& model() const { return engine_.model(); }
+  const std::vector<int32_t>& tokens() const { return seq_->tokens(); }
+  void reset() { seq_->reset(); }
+  size_t state_bytes() const { return seq_->state_bytes(); }
+  Sequence& sequence() { return *seq_; }
 
-  // Runs ids through the model at positions pos() .. pos() + T - 1. Returns logits
-  // (T, vocab_size), or (1, vocab_size) when !opt.all_logits. Error (state unchanged) for ids
-  // outside the vocabulary or a context longer than max_position_embeddings. An error during
-  // the pass (an expert that cannot be read) leaves the tokens so far unchanged: the next call
-  // first rebuilds the state from them.
-  std::vector<float> forward(std::span<const int32_t> ids, const ForwardOptions& opt = {});
+  // Runs ids through the model at positions pos() .. pos() + T - 1 (Engine::step).
+  std::vector<float> forward(std::span<const int32_t> ids, const ForwardOptions& opt = {}) {
+    const StepItem item{seq_.get(), ids, opt};
+    return std::move(engine_.step({&item, 1})[0]);
+  }
 
  private:
-  std::vector<float> run(std::span<const int32_t> ids, const ForwardOptions& opt);
-  bool broken_ = false;  // the state is out of step with tokens_ (a pass failed midway)
-  const Model& m_;
-  std::vector<std::unique_ptr<LayerState>> states_;
-  std::vector<int32_t> tokens_;
+  Engine engine_;
+  std::unique_ptr<Sequence> seq_;
 };
-
-// Index of the largest logit (ties to the lower id).
-int32_t argmax(std::span<const float> logits);
 
 }  // namespace moeflux

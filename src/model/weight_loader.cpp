@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ops/group_lanes.h"
 
 namespace moeflux {
 
@@ -89,18 +88,13 @@ QWeight WeightLoader::load(const std::string& module, int64_t n_stack, int64_t r
     if (scale_stride) *scale_stride = 0;
   }
   if (data_stride) *data_stride = q.data_bytes();
-  if (group_lanes_) adopt_group_lanes(q, std::max<int64_t>(1, n_stack));
+  if (be_) prepare(q, std::max<int64_t>(1, n_stack));
   return q;
 }
 
-void WeightLoader::adopt_group_lanes(QWeight& q, int64_t n_stack) const {
-  if (!group_lanes_eligible(q)) return;
-  if (converted_.insert(q.data).second) {
-    QWeight all = q;
-    all.rows = q.rows * n_stack;
-    to_group_lanes_in_place(all);  // the resident copy (use_group_lanes)
-  }
-  q.group_lanes = true;
+void WeightLoader::prepare(QWeight& q, int64_t n_stack) const {
+  const bool first = !prepared_.count(q.data);
+  if (be_->prepare_weight(q, n_stack, first) && first) prepared_.insert(q.data);
 }
 
 QWeight WeightLoader::linear(const std::string& module, int64_t rows, int64_t cols) const {

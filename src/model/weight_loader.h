@@ -11,19 +11,20 @@
 
 #include "format/config.h"
 #include "format/tensor_store.h"
-#include "ops/qweight.h"
+#include "backend/backend.h"
+#include "format/qweight.h"
 
 namespace moeflux {
 
 class WeightLoader {
  public:
   WeightLoader(const TensorStore& store, const ModelConfig& cfg) : store_(store), cfg_(cfg) {}
-  // Eligible 4-bit weights are rewritten in place to the group-lane code layout
-  // (ops/group_lanes.h) as they are loaded. PRECOND: the store's bytes are a private,
-  // writable copy (a resident pack) read only by the CPU kernels.
-  void use_group_lanes() { group_lanes_ = true; }
+  // Every weight is prepared for `be` as it is loaded (Backend::prepare_weight), its bytes
+  // rewritten in place. PRECOND: the store's bytes are a private, writable copy (a resident
+  // pack) read only by that backend.
+  void prepare_for(const Backend& be) { be_ = &be; }
   // Tensors rewritten so far (tied ones once).
-  int64_t group_lane_tensors() const { return int64_t(converted_.size()); }
+  int64_t prepared_tensors() const { return int64_t(prepared_.size()); }
 
   bool has(const std::string& name) const { return store_.has(name); }
   // `module` is the tensor name without ".weight". Expects (rows, cols).
@@ -44,12 +45,12 @@ class WeightLoader {
   // sets `expert_stride` (bytes of data, scales) for slicing.
   QWeight load(const std::string& module, int64_t n_stack, int64_t rows, int64_t cols,
                size_t* data_stride, size_t* scale_stride) const;
-  // Converts q (n_stack stacked matrices from q.data) in place, once per tensor.
-  void adopt_group_lanes(QWeight& q, int64_t n_stack) const;
+  // Prepares q (n_stack stacked matrices from q.data) in place, once per tensor.
+  void prepare(QWeight& q, int64_t n_stack) const;
   const TensorStore& store_;
   const ModelConfig& cfg_;
-  bool group_lanes_ = false;
-  mutable std::set<const uint8_t*> converted_;  // tensors already in group-lane order (tied ones load twice)
+  const Backend* be_ = nullptr;
+  mutable std::set<const uint8_t*> prepared_;  // tensors already rewritten (tied ones load twice)
 };
 
 }  // namespace moeflux

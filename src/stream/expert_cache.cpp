@@ -11,18 +11,10 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/tuning_switch.h"
 
 namespace moeflux {
 
 using Clock = std::chrono::steady_clock;
-
-namespace {
-// MOEFLUX_CHECK_RECORDS=0 skips the record checksum as --no-verify-experts does; a tuning switch
-// so that `moeflux bench --alternate MOEFLUX_CHECK_RECORDS` measures the check's cost in pairs
-// (docs/performance.md, "Integrity checks").
-TuningSwitch check_records_switch("MOEFLUX_CHECK_RECORDS");
-}  // namespace
 
 struct ExpertCache::Entry {
   enum class St : uint8_t { Queued, Reading, Ready, Failed };
@@ -175,6 +167,22 @@ void ExpertCache::unpin(const std::shared_ptr<Entry>& e) {
 
 // ---- Requests -------------------------------------------------------------------------------
 
+namespace {
+// A cache Ref as the MoE op's ExpertRef.
+struct CacheRef final : ExpertRef::Impl {
+  explicit CacheRef(ExpertCache::Ref r) : ref(std::move(r)) {}
+  bool ready() const override { return ref.ready(); }
+  const uint8_t* wait() override { return ref.wait(); }
+  ExpertCache::Ref ref;
+};
+}  // namespace
+
+std::vector<ExpertRef> ExpertCache::acquire(int layer, std::span<const int32_t> experts) {
+  std::vector<ExpertRef> out;
+  for (Ref& r : fetch(layer, experts)) out.emplace_back(std::make_unique<CacheRef>(std::move(r)));
+  return out;
+}
+
 std::vector<ExpertCache::Ref> ExpertCache::fetch(int l, std::span<const int32_t> experts) {
   const auto& recs = files_.layer(l).records;
   std::vector<Ref> refs;
@@ -304,7 +312,7 @@ bool ExpertCache::take_job(ReadJob* job, bool block, Queues which) {
 }
 
 void ExpertCache::finish_job(const ReadJob& job, std::string error) {
-  if (error.empty() && opt_.verify && check_records_switch.on()) {
+  if (error.empty() && opt_.verify) {
     const uint32_t want = files_.layer(job.layer).records[size_t(job.expert)].crc32;
     const uint32_t got = checksum_of(opt_.checksum, job.dst, job.size);
     if (got != want) {

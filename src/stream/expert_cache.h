@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/expert_source.h"
 #include "stream/expert_files.h"
 #include "stream/slot_pool.h"
 
@@ -80,12 +81,12 @@ class ExpertCache;
 // liburing or the kernel refuses io_uring.
 std::unique_ptr<IoWorker> start_uring_worker(ExpertCache& cache, int depth);
 
-class ExpertCache {
+class ExpertCache final : public ExpertSource {
   struct Entry;
 
  public:
   ExpertCache(const std::string& dir, const std::vector<ExpertLayer>& layers, ExpertCacheOptions opt);
-  ~ExpertCache();
+  ~ExpertCache() override;
   ExpertCache(const ExpertCache&) = delete;
   ExpertCache& operator=(const ExpertCache&) = delete;
 
@@ -109,12 +110,15 @@ class ExpertCache {
   // Pins the given experts of layer index `layer` (index into the manifest's expert layers)
   // and starts reading those not in memory, all in parallel, ahead of queued prefetches.
   std::vector<Ref> fetch(int layer, std::span<const int32_t> experts);
+  // fetch as the MoE op sees it (ExpertSource).
+  std::vector<ExpertRef> acquire(int layer, std::span<const int32_t> experts) override;
   // Starts reading experts likely needed soon, into free or evictable room only.
-  void prefetch(int layer, std::span<const int32_t> experts);
+  void prefetch(int layer, std::span<const int32_t> experts) override;
+  bool wants_prefetch() const override { return opt_.prefetch; }
   // Keeps these experts resident for good (loaded in the background), as far as `bytes` allows.
   void pin_permanently(const std::vector<std::pair<int, int>>& experts, uint64_t bytes);
   // How many experts of `layer` one request should pin at once: the budget's worth, >= 1.
-  size_t window(int layer) const { return window_[size_t(layer)]; }
+  size_t window(int layer) const override { return window_[size_t(layer)]; }
 
   const ExpertCacheOptions& options() const { return opt_; }
   size_t n_layers() const { return files_.n_layers(); }

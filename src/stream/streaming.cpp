@@ -150,16 +150,12 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
   ExpertCacheOptions co = opt.cache;
   co.budget_bytes = parse_cache_budget(opt.budget, total);
   co.checksum = man.checksum;
-  m.expert_cache = std::make_unique<ExpertCache>(pack->dir(), man.experts, co);
-  ExpertCache& cache = *m.expert_cache;
-  // Repack: each record is rewritten into the group-lane layout as it is read, on the reader's
-  // thread (model.h). Auto does so only when the budget holds every record, so that each is
-  // rewritten once: the rewrite (~0.2 ms for a 2.65 MB Qwen3-30B expert on one dev VM thread,
-  // and on the demand read's path) outweighs what the layout saves a record that is evicted
-  // and read again (dev, 8 layers: a 10% cache decoded 24% slower rewriting, a warm 100% one
-  // 4% faster; a9dc2a6:docs/benchmarks.md, fifteenth pass).
-  const bool rewrite = repack_wanted(opt.repack) && (opt.repack == Repack::On || co.budget_bytes >= total);
-  std::vector<const MoeFfn*> by_layer(man.experts.size(), nullptr);  // the block of each expert layer
+  auto cache_ptr = std::make_shared<ExpertCache>(pack->dir(), man.experts, co);
+  m.expert_source = cache_ptr;
+  ExpertCache& cache = *cache_ptr;
+  // The backend's rewrite of each record as it is read (on the reader's thread), by expert layer.
+  std::vector<RecordTransform> by_layer(man.experts.size());
+  bool rewrite = false;
   MoeFfn* prev = nullptr;
   for (auto& layer : m.layers) {
     auto* f = dynamic_cast<MoeFfn*>(layer.ffn.get());
@@ -169,10 +165,12 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
     const ExpertLayer& el = man.experts[size_t(it->second)];
     if (int64_t(el.records.size()) != f->n_experts)
       fail(pack->dir(), ": ", el.file, " holds ", el.records.size(), " experts, the model has ", f->n_experts);
-    f->cache = &cache;
-    f->cache_layer = it->second;
-    f->lanes_slots = rewrite;
-    by_layer[size_t(it->second)] = f;
+    f->source = &cache;
+    f->source_layer = it->second;
+    RecordTransform t = m.backend->expert_record_transform(f->spec(), co.budget_bytes >= total);
+    f->prepared_records = bool(t);
+    rewrite = rewrite || f->prepared_records;
+    by_layer[size_t(it->second)] = std::move(t);
     f->record_base.clear();
     const uint8_t* base = pack->layer_map(size_t(it->second)).data();
     for (const auto& r : el.records) f->record_base.push_back(base + r.offset);
@@ -181,7 +179,7 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
   }
   if (rewrite)
     cache.set_record_transform([by_layer](int l, int e, uint8_t* data) {
-      if (const MoeFfn* f = by_layer[size_t(l)]) f->to_lanes_in_slot(e, data);
+      if (by_layer[size_t(l)]) by_layer[size_t(l)](e, data);
     });
   if (!opt.pin_profile.empty()) {
     const RoutingProfile prof = load_routing_profile(opt.pin_profile);
@@ -189,8 +187,10 @@ void attach_expert_streaming(Model& m, const StreamOptions& opt) {
   }
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt) {
-  auto m = load_model(dir, pack_map_mode(dir, opt), opt.repack, opt.cache.verify);
+ExpertCache* expert_cache(const Model& m) { return dynamic_cast<ExpertCache*>(m.expert_source.get()); }
+
+std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt, std::shared_ptr<Backend> backend) {
+  auto m = load_model(dir, pack_map_mode(dir, opt), std::move(backend), opt.cache.verify);
   attach_expert_streaming(*m, opt);
   if (opt.mlock_dense) {
     auto* pack = dynamic_cast<PackStore*>(m->store.get());

@@ -26,7 +26,6 @@ struct StreamOptions {
   bool resident = true;            // where auto needs no cache and the whole pack fits in half
                                    // the RAM, copy it into memory (MapMode::Resident) instead of
                                    // mapping it; false: --mmap
-  Repack repack = Repack::Auto;    // 4-bit weights of a resident pack and of cache records (model.h, streaming.cpp); Off: --no-repack
 };
 
 // Parses a budget: "auto", N, N[KMGT] (powers of 1024; "iB"/"B" suffixes allowed) or P%
@@ -44,17 +43,22 @@ std::string check_cache_budget(const std::string& spec, uint64_t total, uint64_t
 void check_pack_cache_budget(const std::string& dir, const StreamOptions& opt);
 
 // Attaches streaming to a model whose store is a pack (does nothing for checkpoints, or when
-// !opt.enabled). Sets m.expert_cache. Error when the pack's expert layers do not match the
-// model's MoE blocks.
+// !opt.enabled). Sets m.expert_source to an ExpertCache whose records go through the model's
+// backend's record transform. Error when the pack's expert layers do not match the model's
+// MoE blocks.
 void attach_expert_streaming(Model& m, const StreamOptions& opt);
+
+// The model's expert cache, or null when its experts are not streamed.
+ExpertCache* expert_cache(const Model& m);
 
 // How load_model(dir, opt) opens a pack: Resident when opt allows it, `auto` needs no expert
 // cache and dense.bin plus every expert file fit in half the RAM and in 90% of MemAvailable;
 // else Map.
 MapMode pack_map_mode(const std::string& dir, const StreamOptions& opt);
 
-// load_model (pack_map_mode; a resident copy's expert records checked when opt.cache.verify)
-// + attach_expert_streaming + --mlock.
-std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt);
+// load_model for `backend` (pack_map_mode; a resident copy's expert records checked when
+// opt.cache.verify) + attach_expert_streaming + --mlock.
+std::unique_ptr<Model> load_model(const std::string& dir, const StreamOptions& opt,
+                                  std::shared_ptr<Backend> backend = nullptr);
 
 }  // namespace moeflux

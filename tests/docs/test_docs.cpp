@@ -66,9 +66,9 @@ std::vector<std::string> repo_paths(const std::string& text) {
 }
 
 TEST(Docs, RepoPathsFinderSeesPathsAndSkipsTheRest) {
-  const auto got = repo_paths("see src/ops/cpu/cpu_ops.h, then docs/x.md. build/src/moeflux src/ops/NAME/ "
-                              "src/ops/cpu/kernels_*.cpp\n`git show abc:docs/old.md` docs/old2.md");
-  EXPECT_EQ(got, (std::vector<std::string>{"src/ops/cpu/cpu_ops.h", "docs/x.md"}));
+  const auto got = repo_paths("see src/backend/cpu/cpu_ops.h, then docs/x.md. build/src/moeflux src/ops/NAME/ "
+                              "src/backend/cpu/kernels_*.cpp\n`git show abc:docs/old.md` docs/old2.md");
+  EXPECT_EQ(got, (std::vector<std::string>{"src/backend/cpu/cpu_ops.h", "docs/x.md"}));
 }
 
 TEST(Docs, EveryNamedPathExists) {

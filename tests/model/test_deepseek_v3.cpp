@@ -115,11 +115,13 @@ TEST(DeepseekV3, LatentCacheBytesPerToken) {
     set_mla_path(*model, path);
     // One layer's state through the Mixer interface.
     const Layer& l0 = model->layers[0];
-    auto st = l0.mixer->make_state();
+    Backend& be = *model->backend;
+    auto st = l0.mixer->make_state(be);
     const int64_t dim = model->cfg.dim;
     std::vector<float> x(static_cast<size_t>(3 * dim), 0.5f), y(static_cast<size_t>(3 * dim));
-    l0.mixer->forward(x.data(), 3, 0, *st, y.data());
-    l0.mixer->forward(x.data(), 1, 3, *st, y.data());
+    for (const SeqRows seq : {SeqRows{0, 3, 0, st.get()}, SeqRows{0, 1, 3, st.get()}})
+      l0.mixer->forward(be, Act{x.data(), seq.rows, dim, Device::Host}, {&seq, 1},
+                        Act{y.data(), seq.rows, dim, Device::Host});
     EXPECT_EQ(st->bytes(), size_t(4 * per_token) * sizeof(float));
     st->clear();
     EXPECT_EQ(st->bytes(), 0u);

@@ -47,7 +47,7 @@ TEST_P(FixtureTest, DecodeMatchesPrefillGolden) {
   EXPECT_LE(test::rel_l2(logits, g.f32.at("logits")), kTol);
 }
 
-// Layers keep their batch buffers from one prompt to the next (model/blocks/batch_buffers.h):
+// Layers keep their batch buffers from one prompt to the next (backend/cpu/batch_buffers.h):
 // a prompt's logits must not depend on what longer or different prompts left in them.
 TEST_P(FixtureTest, PrefillDoesNotDependOnEarlierPrompts) {
   auto g = test::load_golden(test::fixture_dir(GetParam()) + "/golden.safetensors");

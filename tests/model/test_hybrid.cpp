@@ -106,12 +106,22 @@ TEST_P(HybridTest, StateBuffersCarryTheSequence) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>((N + M) * dim));
   for (auto& v : x) v = nd(rng);
+  Backend& be = *m->backend;
+  // One sequence's rows through a mixer: `in` at positions pos0 .., appended to st.
+  auto run = [&](const Mixer& mixer, Act in, int64_t pos0, LayerState& st, Act out) {
+    const SeqRows seq{0, in.rows, pos0, &st};
+    mixer.forward(be, in, {&seq, 1}, out);
+  };
+  // Rows [r0, r0 + n) of a (N + M, dim) host matrix.
+  auto rows = [&](std::vector<float>& v, int64_t r0, int64_t n) {
+    return Act{v.data() + r0 * dim, n, dim, Device::Host};
+  };
   for (size_t l = 0; l < m->layers.size(); ++l) {
     const Mixer& mixer = *m->layers[l].mixer;
-    auto full = mixer.make_state(), first = mixer.make_state(), restored = mixer.make_state();
+    auto full = mixer.make_state(be), first = mixer.make_state(be), restored = mixer.make_state(be);
     std::vector<float> want(x.size()), out(x.size());
-    mixer.forward(x.data(), N + M, 0, *full, want.data());
-    mixer.forward(x.data(), N, 0, *first, out.data());
+    run(mixer, rows(x, 0, N + M), 0, *full, rows(want, 0, N + M));
+    run(mixer, rows(x, 0, N), 0, *first, rows(out, 0, N));
     auto from = first->buffers(), to = restored->buffers();
     ASSERT_EQ(from.size(), to.size());
     for (size_t i = 0; i < from.size(); ++i) {
@@ -123,7 +133,7 @@ TEST_P(HybridTest, StateBuffersCarryTheSequence) {
     }
     EXPECT_EQ(restored->bytes(), first->bytes());
     first->clear();  // the copy must not share storage with the original
-    mixer.forward(x.data() + N * dim, M, N, *restored, out.data() + N * dim);
+    run(mixer, rows(x, N, M), N, *restored, rows(out, N, M));
     EXPECT_LE(test::rel_l2(out, want), 1e-6) << "layer " << l;
   }
 }

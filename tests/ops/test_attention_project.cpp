@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/thread_pool.h"
-#include "ops/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_ops.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
 

@@ -1,4 +1,4 @@
-// The group-lane code layout (ops/group_lanes.h): conversions, the reference dequantisation of
+// The group-lane code layout (backend/cpu/group_lanes.h): conversions, the reference dequantisation of
 // converted rows, and every CPU op on converted weights: the AVX-512 VNNI integer matvec that
 // and the AVX2 integer matvec that read the layout against the reference, and the kernels that convert rows back (the float
 // ones, matmul) bit for bit against the same weight in natural order.
@@ -8,12 +8,13 @@
 #include <cmath>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/thread_pool.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/kernels.h"
-#include "ops/group_lanes.h"
-#include "ops/ref/ref.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/group_lanes.h"
+#include "backend/ref/ref.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
 
@@ -195,8 +196,7 @@ TEST(GroupLanes, IntegerPrepareInPiecesIsTheWholePrepare) {
     if (isa > cpu_isa_detected()) continue;
     ++levels;
     const cpu::Kernels& k = isa == CpuIsa::Avx2 ? cpu::kernels_avx2() : cpu::kernels_avx512_vnni();
-    // AVX-512 VNNI prepares whole: its pieces were no faster on the Xeon (a9dc2a6:docs/benchmarks.md,
-    // twenty-eighth pass).
+    // AVX-512 VNNI prepares whole: its pieces were no faster (a9dc2a6:docs/benchmarks.md).
     if (!k.prepare_layout) continue;
     ASSERT_TRUE(k.prepare_groups);
     uint32_t seed = 51;

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "ops/ref/linear_attn.h"
+#include "backend/ref/linear_attn.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "core/dtype.h"
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
 

@@ -1,4 +1,4 @@
-// Optimised CPU ops (ops/cpu/cpu_ops.h) against the reference ops, at every ISA level this
+// Optimised CPU ops (backend/cpu/cpu_ops.h) against the reference ops, at every ISA level this
 // machine has (each forced in turn, so AVX2 is tested on AVX-512 machines too): every QWeight
 // format and bit width over ragged shapes, matmul over T tokens, attention, the fused expert,
 // and exact fp8 / affine decoding (the thread pool: test_thread_pool.cpp).
@@ -10,15 +10,16 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "core/tuning_switch.h"
-#include "ops/cpu/ceilings.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/kernels.h"
-#include "ops/ref/linear_attn.h"
-#include "ops/ref/ref.h"
+#include "backend/cpu/tuning_switch.h"
+#include "backend/cpu/ceilings.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kernels.h"
+#include "backend/ref/linear_attn.h"
+#include "backend/ref/ref.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
 
@@ -700,6 +701,47 @@ TEST(OpsCpu, BatchedExpertsMatchReference) {
     }
   }
   set_cpu_threads(0);
+}
+
+// An expert's result does not depend on the experts that share its call: experts of few tokens
+// (the matvecs' small batches) and of many (the batched matmul) together give each the bits it
+// gets alone, at every ISA. The expert cache runs experts in windows and one by one as they
+// arrive, resident experts all in one call; both must compute the same.
+TEST(OpsCpu, BatchedExpertsDoNotDependOnTheirCompanions) {
+  const int n = 4;
+  const int64_t hidden = 256, dim = 256;
+  std::vector<OwnedWeight> g, u, d;
+  for (int i = 0; i < n; ++i) {
+    g.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(50 + i)));
+    u.push_back(test::random_affine(hidden, dim, 4, 64, DType::BF16, uint32_t(60 + i)));
+    d.push_back(test::random_affine(dim, hidden, 4, 64, DType::BF16, uint32_t(70 + i)));
+  }
+  const int64_t T[n] = {3, kSmallBatch + 4, 1, kSmallBatch};
+  std::vector<std::vector<float>> xs;
+  for (int i = 0; i < n; ++i) xs.push_back(test::randn(size_t(T[i] * dim), uint32_t(80 + i)));
+  for (CpuIsa isa : test::cpu_isas_available()) {
+    ScopedCpuIsa scoped(isa);
+    std::vector<const QWeight*> gp, up, dp;
+    std::vector<const float*> xp;
+    std::vector<std::vector<float>> together(n);
+    std::vector<float*> op;
+    for (int i = 0; i < n; ++i) {
+      gp.push_back(&g[size_t(i)].w), up.push_back(&u[size_t(i)].w), dp.push_back(&d[size_t(i)].w);
+      xp.push_back(xs[size_t(i)].data());
+      together[size_t(i)].assign(size_t(T[i] * dim), NAN);
+      op.push_back(together[size_t(i)].data());
+    }
+    swiglu_experts_batch(n, gp.data(), up.data(), dp.data(), xp.data(), T, op.data());
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> alone(size_t(T[i] * dim), NAN);
+      float* o = alone.data();
+      swiglu_experts_batch(1, &gp[size_t(i)], &up[size_t(i)], &dp[size_t(i)], &xp[size_t(i)], &T[i], &o);
+      EXPECT_EQ(test::first_difference(together[size_t(i)], alone), -1) << "expert " << i << " isa " << cpu_isa_name(isa);
+      EXPECT_LE(test::rel_l2(alone, swiglu_want(g[size_t(i)], u[size_t(i)], d[size_t(i)], xp[size_t(i)], T[i])),
+                kDotTol)
+          << "expert " << i << " isa " << cpu_isa_name(isa);
+    }
+  }
 }
 
 // Decode's fused experts (one region: x prepared, gate / up, h prepared by the block that

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
 

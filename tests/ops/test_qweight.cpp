@@ -5,8 +5,8 @@
 #include <cmath>
 #include <random>
 
-#include "ops/qweight.h"
-#include "ops/ref/ref.h"
+#include "format/qweight.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "format/config.h"
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 namespace {

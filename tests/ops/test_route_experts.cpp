@@ -12,10 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/thread_pool.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/ref/ref.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/ref/ref.h"
 #include "util/random_weights.h"
 #include "util/test_util.h"
 

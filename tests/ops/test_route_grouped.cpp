@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 namespace {

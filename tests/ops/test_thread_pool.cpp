@@ -1,8 +1,10 @@
 // ThreadPool (core/thread_pool.h): coverage of the index range, exceptions, back-to-back jobs,
 // nesting, the caller's poll-then-sleep wait with its profile counters and its wake-ups, and
-// more threads than CPUs: bounded time, narrowing on stalls, refused and capped counts.
+// more threads than CPUs: bounded time, narrowing on stalls (and the width rule alone), refused
+// and capped counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -10,7 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "util/test_util.h"
@@ -182,8 +185,8 @@ TEST(ThreadPool, OversubscribedThreadsFinishInBoundedTime) {
   EXPECT_LT(t_over, 5 * t_fit + 0.2) << "one per CPU " << t_fit << " s, four per CPU " << t_over << " s";
 }
 
-// A region that waits long on one thread (as on one that lost its CPU) narrows the pool by one
-// thread; after a quiet spell it widens again. Results are the same throughout.
+// Regions that wait long on one thread (as on one that lost its CPU), two in a row, narrow the
+// pool by one thread; after a quiet spell it widens again. Results are the same throughout.
 TEST(ThreadPool, StalledRegionNarrowsThePoolThenItWidens) {
   ThreadPool pool(2, 2);
   ASSERT_EQ(pool.width(), 2);
@@ -222,6 +225,61 @@ TEST(ThreadPool, StalledRegionNarrowsThePoolThenItWidens) {
   });
   EXPECT_EQ(sum.load(), 4950);
   EXPECT_EQ(width_in_region.load(), 2);  // (afterwards it may have narrowed again on a busy machine)
+}
+
+// The width rule (PoolWidth), on a clock of the test's own: regions that do not stall never
+// narrow the pool, however many, nor do stalls kStallPairNs apart; two stalls closer than that
+// drop one thread (not below one); after a quiet spell the width rises again, one thread per
+// region; a drop soon after a rise doubles the spell (up to its most), and 5 s without a drop
+// bring it back to the least.
+TEST(ThreadPool, WidthDropsOnlyOnStallsInPairsAndRisesAfterQuietSpells) {
+  constexpr int64_t ms = 1'000'000, kMin = PoolWidth::kQuietMinNs, kPair = PoolWidth::kStallPairNs;
+  PoolWidth rule(4);
+  int64_t t = 0;
+  for (int i = 0; i < 100000; ++i) ASSERT_EQ(rule.update(false, t += 1000), 4) << i;  // 100 ms of unstalled regions
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(rule.update(true, t += kPair + 1), 4) << i;  // lone stalls
+  EXPECT_EQ(rule.update(true, t += kPair), 3);  // a pair
+  EXPECT_EQ(rule.update(true, t += 1), 3);      // the first of the next pair at this width
+  EXPECT_EQ(rule.update(false, t += 1), 3);
+  EXPECT_EQ(rule.update(true, t += 1), 2);
+  const int64_t narrowed = t;
+  EXPECT_EQ(rule.update(false, narrowed + kMin - 1), 2);  // still quiet
+  EXPECT_EQ(rule.update(false, narrowed + kMin), 3);
+  EXPECT_EQ(rule.update(false, narrowed + kMin + 1), 4);  // one per region once the spell is over
+  EXPECT_EQ(rule.update(false, narrowed + kMin + 2), 4);  // never above running
+  // A drop soon after the rise: the next spell is twice as long.
+  t = narrowed + kMin + 10 * ms;
+  EXPECT_EQ(rule.update(true, t), 4);
+  EXPECT_EQ(rule.update(true, t += 1), 3);
+  EXPECT_EQ(rule.update(false, t + 2 * kMin - 1), 3);
+  EXPECT_EQ(rule.update(false, t + 2 * kMin), 4);
+  // Drops right after each rise double the spell up to kQuietMaxNs.
+  int64_t spell = 2 * kMin;
+  for (int i = 0; i < 12; ++i) {
+    const int64_t rise = t + spell;
+    ASSERT_EQ(rule.update(true, rise + 1), 4) << i;
+    t = rise + 2;
+    ASSERT_EQ(rule.update(true, t), 3) << i;
+    spell = std::min(2 * spell, PoolWidth::kQuietMaxNs);
+    ASSERT_EQ(rule.update(false, t + spell - 1), 3) << i;
+    ASSERT_EQ(rule.update(false, t + spell), 4) << i;
+  }
+  EXPECT_EQ(spell, PoolWidth::kQuietMaxNs);
+  // kQuietResetNs without a drop: the least spell again.
+  t += PoolWidth::kQuietResetNs + spell;
+  EXPECT_EQ(rule.update(false, t), 4);
+  EXPECT_EQ(rule.update(true, t += ms), 4);
+  EXPECT_EQ(rule.update(true, t += ms), 3);
+  EXPECT_EQ(rule.update(false, t + kMin), 4);
+  // Never below one thread; a pool of one stays at one.
+  PoolWidth two(2), one(1);
+  EXPECT_EQ(two.update(true, ms), 2);
+  EXPECT_EQ(two.update(true, 2 * ms), 1);
+  EXPECT_EQ(two.update(true, 3 * ms), 1);
+  EXPECT_EQ(two.update(true, 4 * ms), 1);
+  EXPECT_EQ(one.update(true, ms), 1);
+  EXPECT_EQ(one.update(true, 2 * ms), 1);
+  EXPECT_EQ(one.update(false, 10 * kMin), 1);
 }
 
 // An item that waits for another item of its region (ThreadPool::wait_until) returns once it

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "backend/cpu/cpu_pool.h"
 #include "convert/encode.h"
 #include "core/thread_pool.h"
 #include "engine/session.h"

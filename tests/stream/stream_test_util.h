@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "engine/generate.h"
 #include "engine/session.h"
 #include "stream/streaming.h"
@@ -21,6 +22,13 @@ inline std::string fixture_name(std::string fixture) {
   for (auto& c : fixture)
     if (c == '/') c = '_';
   return fixture;
+}
+
+// A CPU backend that lays out 4-bit weights as `repack` says (Off: file order).
+inline std::shared_ptr<Backend> cpu_backend(Repack repack) {
+  CpuOptions o;
+  o.repack = repack;
+  return std::make_shared<CpuBackend>(o);
 }
 
 // A pack of the fixture in a scratch directory on disk (so O_DIRECT works), made once.

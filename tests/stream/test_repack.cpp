@@ -1,12 +1,13 @@
-// Repacking a resident pack (model.h: Repack): every 4-bit fixture, its affine weights
-// rewritten at load into the group-lane code layout, computes logits (prefill and decode)
-// within the fixture tests' bound of the goldens and within 1e-5 of file order, with the same
-// greedy continuations, at every CPU level this machine has (below AVX-512 with file order's
-// exact bits). Off, Auto on a level whose integer matvec does not read the layout, and mapped
-// packs keep file order; expert-cache slots are rewritten as they are read.
+// Repacking a resident pack (the CPU backend's Repack option, backend/cpu/cpu_options.h):
+// every 4-bit fixture, its affine weights rewritten at load into the group-lane code layout,
+// computes logits (prefill and decode) within the fixture tests' bound of the goldens and
+// within 1e-5 of file order, with the same greedy continuations, at every CPU level this
+// machine has (below AVX-512 with file order's exact bits). Off, Auto on a level whose integer
+// matvec does not read the layout, and mapped packs keep file order; expert-cache slots are
+// rewritten as they are read.
 #include <gtest/gtest.h>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_features.h"
 #include "format/pack_store.h"
 #include "stream/expert_cache.h"
 #include "stream_test_util.h"
@@ -40,10 +41,10 @@ void expect_lanes_match_file_order(const Model& plain, const Model& lanes, const
 
 TEST_P(RepackTest, GroupLanesMatchFileOrderAndGoldens) {
   const std::string pack = test::fixture_pack(GetParam());
-  auto plain = load_model(pack, MapMode::Resident, Repack::Off);
-  EXPECT_EQ(plain->repacked_tensors, 0);
-  auto lanes = load_model(pack, MapMode::Resident, Repack::On);
-  EXPECT_GT(lanes->repacked_tensors, 0);
+  auto plain = load_model(pack, MapMode::Resident, test::cpu_backend(Repack::Off));
+  EXPECT_EQ(plain->prepared_tensors, 0);
+  auto lanes = load_model(pack, MapMode::Resident, test::cpu_backend(Repack::On));
+  EXPECT_GT(lanes->prepared_tensors, 0);
   expect_lanes_match_file_order(*plain, *lanes, test::load_golden(test::fixture_dir(GetParam()) + "/golden.safetensors"));
 }
 
@@ -55,13 +56,11 @@ TEST_P(RepackTest, CacheSlotsTakeTheLayoutAsTheyAreRead) {
   const std::string pack = test::fixture_pack(GetParam());
   StreamOptions o;
   o.budget = "25%";  // a small cache: records are read, evicted and read again
-  o.repack = Repack::Off;
-  auto plain = load_model(pack, o);
-  o.repack = Repack::On;
-  auto lanes = load_model(pack, o);
-  ASSERT_TRUE(plain->expert_cache && lanes->expert_cache);
+  auto plain = load_model(pack, o, test::cpu_backend(Repack::Off));
+  auto lanes = load_model(pack, o, test::cpu_backend(Repack::On));
+  ASSERT_TRUE(expert_cache(*plain) && expert_cache(*lanes));
   expect_lanes_match_file_order(*plain, *lanes, test::load_golden(test::fixture_dir(GetParam()) + "/golden.safetensors"));
-  const ExpertCacheStats on = lanes->expert_cache->stats(), off = plain->expert_cache->stats();
+  const ExpertCacheStats on = expert_cache(*lanes)->stats(), off = expert_cache(*plain)->stats();
   EXPECT_GT(on.evictions, 0u);
   EXPECT_EQ(on.failures, 0u);
   EXPECT_EQ(on.transformed, on.reads);
@@ -78,30 +77,35 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, RepackTest,
 // records only when the budget holds them all).
 TEST(Repack, OnlyResidentPacksAndAutoOnlyWhereReadNatively) {
   const std::string pack = test::fixture_pack("qwen3_moe/q4");
-  EXPECT_EQ(load_model(pack, MapMode::Map, Repack::On)->repacked_tensors, 0);
-  EXPECT_EQ(load_model(test::fixture_dir("qwen3_moe/q4"), MapMode::Resident, Repack::On)->repacked_tensors, 0);
+  EXPECT_EQ(load_model(pack, MapMode::Map, test::cpu_backend(Repack::On))->prepared_tensors, 0);
+  EXPECT_EQ(load_model(test::fixture_dir("qwen3_moe/q4"), MapMode::Resident, test::cpu_backend(Repack::On))
+                ->prepared_tensors,
+            0);
   auto reads_layout = [](CpuIsa isa) { return isa == CpuIsa::Avx512Vnni || (isa == CpuIsa::Avx2 && cpu_is_amd()); };
   for (CpuIsa isa : test::cpu_isas_available()) {
     ScopedCpuIsa scope(isa);
-    EXPECT_EQ(load_model(pack, MapMode::Resident, Repack::Auto)->repacked_tensors > 0, reads_layout(isa)) << cpu_isa_name(isa);
+    EXPECT_EQ(load_model(pack, MapMode::Resident, test::cpu_backend(Repack::Auto))->prepared_tensors > 0,
+              reads_layout(isa))
+        << cpu_isa_name(isa);
   }
   const bool native = reads_layout(cpu_isa_default());
   ScopedCpuIsa scope(cpu_isa_default());
   StreamOptions o;
-  o.repack = Repack::Off;
-  EXPECT_EQ(load_model(pack, o)->repacked_tensors, 0);
+  EXPECT_EQ(load_model(pack, o, test::cpu_backend(Repack::Off))->prepared_tensors, 0);
   // Expert-cache records: Auto rewrites them only when the budget holds them all, On always.
+  auto transforms = [&](Repack r) {
+    auto m = load_model(pack, o, test::cpu_backend(r));
+    ExpertCache* c = expert_cache(*m);
+    EXPECT_NE(c, nullptr);
+    return c && c->transforms_records();
+  };
   o.budget = "25%";
-  o.repack = Repack::Auto;
-  EXPECT_FALSE(load_model(pack, o)->expert_cache->transforms_records());
-  o.repack = Repack::On;
-  EXPECT_TRUE(load_model(pack, o)->expert_cache->transforms_records());
+  EXPECT_FALSE(transforms(Repack::Auto));
+  EXPECT_TRUE(transforms(Repack::On));
   o.budget = "100%";
   o.need_cache = true;
-  o.repack = Repack::Auto;
-  EXPECT_EQ(load_model(pack, o)->expert_cache->transforms_records(), native);
-  o.repack = Repack::Off;
-  EXPECT_FALSE(load_model(pack, o)->expert_cache->transforms_records());
+  EXPECT_EQ(transforms(Repack::Auto), native);
+  EXPECT_FALSE(transforms(Repack::Off));
 }
 
 }  // namespace

@@ -59,8 +59,7 @@ TEST(StreamFaults, TruncatedExpertFileFailsThenRecovers) {
     StreamOptions o;
     o.budget = "1";  // every expert is read from the file each time
     o.cache.io = io;
-    o.repack = Repack::Off;  // file order, as the mapped reference
-    auto m = load_model(pack, o);
+    auto m = load_model(pack, o, test::cpu_backend(Repack::Off));  // file order, as the mapped reference
     Session s(*m);
     s.forward(first);
     const PackManifest& man = dynamic_cast<const PackStore&>(*m->store).manifest();
@@ -90,13 +89,13 @@ TEST(StreamFaults, InjectedReadErrorNamesLayerAndExpert) {
   Session s(*m);
   s.forward(first);
   const int64_t layer = man.experts.back().layer;
-  m->expert_cache->set_fault_hook([&](int l, int) {
+  expert_cache(*m)->set_fault_hook([&](int l, int) {
     if (l == int(man.experts.size()) - 1) throw std::runtime_error("injected EIO");
   });
   const std::string err = error_of(s, second);
   EXPECT_NE(err.find("layer " + std::to_string(layer) + " expert "), std::string::npos) << err;
   EXPECT_NE(err.find("injected EIO"), std::string::npos) << err;
-  m->expert_cache->set_fault_hook(nullptr);
+  expert_cache(*m)->set_fault_hook(nullptr);
   std::vector<float> got;
   ASSERT_NO_THROW(got = s.forward(second));
   EXPECT_EQ(test::first_difference(got, clean_logits(pack, first, second)), -1);
@@ -134,7 +133,7 @@ TEST(StreamFaults, VerifyCatchesACorruptedRecordBeforeUse) {
   }
   o.budget = "30%";
   auto m = load_model(pack, o);
-  ASSERT_TRUE(m->expert_cache);
+  ASSERT_TRUE(expert_cache(*m));
   Session s(*m);
   const std::string err = error_of(s, ids);
   EXPECT_NE(err.find("checksum mismatch (crc32c "), std::string::npos) << err;
@@ -157,19 +156,18 @@ TEST(StreamFaults, ACorruptedRecordDoesNotPoisonTheCache) {
   const std::vector<int32_t> first(ids.begin(), ids.begin() + 6), second(ids.begin() + 6, ids.end());
   StreamOptions o;
   o.budget = "1";  // every record is read for every pass
-  o.repack = Repack::Off;
-  auto m = load_model(pack, o);
+  auto m = load_model(pack, o, test::cpu_backend(Repack::Off));
   Session s(*m);
   s.forward(first);
   const PackManifest& man = dynamic_cast<const PackStore&>(*m->store).manifest();
   const std::string file = pack + "/" + man.experts[0].file;
   const std::string saved = slurp(file);
   const std::string where = "layer " + std::to_string(damage_first_layer(pack)) + " expert ";
-  m->expert_cache->reset_stats();
+  expert_cache(*m)->reset_stats();
   const std::string err = error_of(s, second);
   EXPECT_NE(err.find(where), std::string::npos) << err;
   EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << err;
-  EXPECT_GT(m->expert_cache->stats().failures, 0u);
+  EXPECT_GT(expert_cache(*m)->stats().failures, 0u);
   EXPECT_EQ(s.pos(), int64_t(first.size()));
   std::ofstream(file, std::ios::binary | std::ios::trunc) << saved;
   std::vector<float> got;

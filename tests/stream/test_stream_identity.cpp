@@ -5,6 +5,7 @@
 // order here (Repack::Off); test_repack.cpp checks slots rewritten into the group-lane layout.
 #include <gtest/gtest.h>
 
+#include "backend/cpu/cpu_pool.h"
 #include "core/thread_pool.h"
 #include "format/pack_store.h"
 #include "stream/expert_cache.h"
@@ -51,7 +52,7 @@ TEST_P(StreamIdentity, BitIdenticalToMappedExperts) {
   const auto golden = test::load_golden(test::fixture_dir(GetParam()) + "/golden.safetensors");
   const auto ids = golden.i32.at("input_ids");
   auto mapped = load_model(pack);
-  ASSERT_FALSE(mapped->expert_cache);
+  ASSERT_FALSE(expert_cache(*mapped));
   Session ref_s(*mapped);
   const test::RunResult ref = test::run_ids(ref_s, ids, 8);
   ASSERT_EQ(ref.greedy.size(), 8u);
@@ -66,29 +67,28 @@ TEST_P(StreamIdentity, BitIdenticalToMappedExperts) {
     o.cache.io = c.io;
     o.cache.engine = c.engine;
     o.cache.io_threads = 4;
-    o.repack = Repack::Off;
-    auto m = load_model(pack, o);
-    ASSERT_TRUE(m->expert_cache);
+    auto m = load_model(pack, o, test::cpu_backend(Repack::Off));
+    ASSERT_TRUE(expert_cache(*m));
     Session s(*m);
     const test::RunResult got = test::run_ids(s, ids, 8);
     EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
     EXPECT_EQ(got.greedy, ref.greedy);
-    const ExpertCacheStats st = m->expert_cache->stats();
+    const ExpertCacheStats st = expert_cache(*m)->stats();
     EXPECT_GT(st.lookups, 0u);
     EXPECT_EQ(st.failures, 0u);
     if (c.budget == "one") {
       EXPECT_LE(st.peak_bytes, rec);  // one demand read at a time, never a prefetch
       EXPECT_EQ(st.prefetch_issued, 0u);
     } else {
-      EXPECT_LE(st.peak_bytes, m->expert_cache->options().budget_bytes);
+      EXPECT_LE(st.peak_bytes, expert_cache(*m)->options().budget_bytes);
     }
     if (c.budget == "all") {
       // Everything read once is kept: a second pass over the same tokens reads nothing.
-      m->expert_cache->reset_stats();
+      expert_cache(*m)->reset_stats();
       Session s2(*m);
       const test::RunResult again = test::run_ids(s2, ids, 8);
       EXPECT_EQ(test::first_difference(again.logits, ref.logits), -1);
-      const ExpertCacheStats st2 = m->expert_cache->stats();
+      const ExpertCacheStats st2 = expert_cache(*m)->stats();
       EXPECT_EQ(st2.misses, 0u);
       EXPECT_EQ(st2.hits, st2.lookups);
     }
@@ -118,9 +118,8 @@ std::unique_ptr<Model> expect_cache_matches_mapped(const char* f, const char* go
   const test::RunResult ref = test::run_ids(a, ids, n);
   StreamOptions o;
   o.budget = budget;
-  o.repack = Repack::Off;
-  auto m = load_model(pack, o);
-  EXPECT_TRUE(m->expert_cache);
+  auto m = load_model(pack, o, test::cpu_backend(Repack::Off));
+  EXPECT_TRUE(expert_cache(*m));
   Session b(*m);
   const test::RunResult got = test::run_ids(b, ids, n);
   EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);
@@ -132,8 +131,8 @@ TEST(StreamIdentityLong, SmallCacheWithPrefetch) {
   for (const char* f : {"qwen3_moe/q4", "qwen3_next/q4", "deepseek_v3/fp8"}) {
     SCOPED_TRACE(f);
     const auto m = expect_cache_matches_mapped(f, "golden_long.safetensors", "25%", 12);
-    ASSERT_TRUE(m->expert_cache);
-    EXPECT_GT(m->expert_cache->stats().evictions, 0u);
+    ASSERT_TRUE(expert_cache(*m));
+    EXPECT_GT(expert_cache(*m)->stats().evictions, 0u);
   }
 }
 
@@ -160,19 +159,19 @@ namespace {
 TEST(StreamAuto, NoCacheForAFittingPackUnlessTheCacheIsAskedFor) {
   const std::string pack = test::fixture_pack("qwen3_moe/q4");
   StreamOptions o;
-  EXPECT_FALSE(load_model(pack, o)->expert_cache);
+  EXPECT_FALSE(expert_cache(*load_model(pack, o)));
   o.cache.io = IoMode::Direct;
-  EXPECT_TRUE(load_model(pack, o)->expert_cache);
+  EXPECT_TRUE(expert_cache(*load_model(pack, o)));
   o.cache.io = IoMode::Buffered;
   ASSERT_TRUE(o.cache.verify);  // checking records needs no cache: a resident copy is checked at load
-  EXPECT_FALSE(load_model(pack, o)->expert_cache);
+  EXPECT_FALSE(expert_cache(*load_model(pack, o)));
   o.need_cache = true;
   auto m = load_model(pack, o);
-  ASSERT_TRUE(m->expert_cache);
-  EXPECT_EQ(m->expert_cache->options().budget_bytes, m->expert_cache->total_bytes());
+  ASSERT_TRUE(expert_cache(*m));
+  EXPECT_EQ(expert_cache(*m)->options().budget_bytes, expert_cache(*m)->total_bytes());
   o.need_cache = false;
   o.budget = "50%";
-  EXPECT_TRUE(load_model(pack, o)->expert_cache);
+  EXPECT_TRUE(expert_cache(*load_model(pack, o)));
 }
 
 // Where auto needs no cache, a fitting pack is copied into memory (resident) rather than
@@ -189,13 +188,12 @@ TEST(StreamAuto, CopiesAFittingPackIntoMemoryWithIdenticalResults) {
     Session a(*mapped);
     const test::RunResult ref = test::run_ids(a, ids, 8);
     StreamOptions o;
-    o.repack = Repack::Off;
     EXPECT_EQ(pack_map_mode(pack, o), MapMode::Resident);
-    auto m = load_model(pack, o);
+    auto m = load_model(pack, o, test::cpu_backend(Repack::Off));
     const auto& store = dynamic_cast<const PackStore&>(*m->store);
     EXPECT_TRUE(store.dense_map().resident());
     EXPECT_TRUE(store.layer_map(0).resident());
-    EXPECT_FALSE(m->expert_cache);
+    EXPECT_FALSE(expert_cache(*m));
     Session b(*m);
     const test::RunResult got = test::run_ids(b, ids, 8);
     EXPECT_EQ(test::first_difference(got.logits, ref.logits), -1);

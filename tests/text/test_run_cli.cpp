@@ -160,7 +160,7 @@ TEST(BenchCli, AlternateMeasuresBothSidesOfASwitch) {
   // An unknown switch is refused before the model loads, naming the ones there are.
   const std::string bad = run("bench -m " + kDemo + " --alternate MOEFLUX_NO_SUCH 2>&1", &rc);
   EXPECT_EQ(rc, 1);
-  EXPECT_NE(bad.find("no tuning switch named MOEFLUX_NO_SUCH"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("no A/B switch named MOEFLUX_NO_SUCH"), std::string::npos) << bad;
   EXPECT_NE(bad.find("MOEFLUX_MERGED_ATTN_O"), std::string::npos) << bad;
 }
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/group_lanes.h"
+#include "backend/cpu/group_lanes.h"
 
 namespace moeflux::test {
 

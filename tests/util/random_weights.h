@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/qweight.h"
+#include "format/qweight.h"
 
 namespace moeflux::test {
 
@@ -24,7 +24,7 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f);
 // Affine `bits` / `group_size`, scales and biases stored as sdtype (BF16 / F16 / F32).
 OwnedWeight random_affine(int64_t rows, int64_t cols, int bits, int group_size, DType sdtype,
                           uint32_t seed);
-// o with its codes rewritten in group-lane order (ops/group_lanes.h), as a repacked pack holds
+// o with its codes rewritten in group-lane order (backend/cpu/group_lanes.h), as a repacked pack holds
 // them; scales and biases copied. PRECOND: group_lanes_eligible(o.w).
 OwnedWeight in_group_lanes(const OwnedWeight& o);
 // Dense F32 / F16 / BF16.

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "backend/cpu/cpu_features.h"
 #include "format/safetensors.h"
 
 namespace moeflux::test {

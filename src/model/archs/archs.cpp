@@ -1,13 +1,12 @@
 // model_type dispatch and load_model (checkpoint directories and packs).
 #include "model/archs/archs.h"
 
-#include <cstdlib>
 #include <utility>
 
-#include "core/cpu_features.h"
 #include "core/error.h"
 #include "format/pack_check.h"
 #include "format/pack_store.h"
+#include "backend/registry.h"
 
 namespace moeflux {
 
@@ -23,18 +22,6 @@ const std::pair<const char*, ArchBuilder> kArchs[] = {
 
 }  // namespace
 
-// Auto: where the CPU level in use reads the layout natively and gains by it: the integer
-// matvecs of AVX-512 VNNI, and of AVX2 on AMD CPUs (measured, a9dc2a6:docs/benchmarks.md twenty-first
-// pass: decode +14-22% on the Zen 1 dev VM, -4% at the Xeon's AVX2 level, where natural rows'
-// per-block reduction costs less);
-// MOEFLUX_GROUP_LANES=0 / 1 (a developer knob for A/Bs, read once) overrides.
-bool repack_wanted(Repack r) {
-  if (r != Repack::Auto) return r == Repack::On;
-  static const char* env = std::getenv("MOEFLUX_GROUP_LANES");
-  if (env && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
-  return cpu_isa() == CpuIsa::Avx512Vnni || (cpu_isa() == CpuIsa::Avx2 && cpu_is_amd());
-}
-
 ArchBuilder find_arch(const std::string& model_type) {
   for (const auto& [name, fn] : kArchs)
     if (model_type == name) return fn;
@@ -47,8 +34,10 @@ std::vector<std::string> supported_architectures() {
   return v;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode, Repack repack, bool verify_experts) {
+std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode, std::shared_ptr<Backend> backend,
+                                  bool verify_experts) {
   auto m = std::make_unique<Model>();
+  m->backend = backend ? std::move(backend) : make_backend();
   std::unique_ptr<PackStore> pack;
   if (is_pack_dir(dir)) {
     pack = PackStore::open(dir, pack_mode);
@@ -64,17 +53,17 @@ std::unique_ptr<Model> load_model(const std::string& dir, MapMode pack_mode, Rep
     for (const auto& a : supported_architectures()) known += (known.empty() ? "" : ", ") + a;
     fail(m->cfg.path, ": unknown architecture model_type '", m->cfg.arch, "' (supported: ", known, ")");
   }
-  const bool lanes = pack && pack_mode == MapMode::Resident && repack_wanted(repack);
-  if (lanes) {
+  const bool prepare = pack && pack_mode == MapMode::Resident && m->backend->rewrites_weights();
+  if (prepare) {
     pack->dense_map().make_writable();
     for (size_t i = 0; i < pack->manifest().experts.size(); ++i) pack->layer_map(i).make_writable();
   }
   if (pack) m->store = std::move(pack);
   else m->store = TensorStore::open_dir(dir);
   WeightLoader w(*m->store, m->cfg);
-  if (lanes) w.use_group_lanes();
+  if (prepare) w.prepare_for(*m->backend);
   build(*m, w);
-  m->repacked_tensors = w.group_lane_tensors();
+  m->prepared_tensors = w.prepared_tensors();
   return m;
 }
 

@@ -60,16 +60,25 @@ std::unique_ptr<DenseMlp> load_dense_mlp(const WeightLoader& w, const std::strin
 }
 
 std::unique_ptr<MoeFfn> load_moe(const WeightLoader& w, const std::string& moe, const std::string& router,
-                                 int64_t n_experts, int64_t k, int64_t hidden, RouterFn route, SwiGluNames names) {
+                                 int64_t n_experts, int64_t k, int64_t hidden, RouterSpec route, SwiGluNames names) {
   auto f = std::make_unique<MoeFfn>();
   f->dim = w.config().dim;
   f->n_experts = n_experts;
   f->n_experts_active = k;
   f->router = w.linear(moe + "." + router, n_experts, f->dim);
   f->route = std::move(route);
+  f->route.n_experts = n_experts;
+  f->route.k = k;
   f->experts = load_experts(w, moe, n_experts, f->dim, hidden, names);
   f->prefix = moe;
   return f;
+}
+
+RouterSpec make_router(RouteKind kind, bool renorm) {
+  RouterSpec r;
+  r.kind = kind;
+  r.renorm = renorm;
+  return r;
 }
 
 void load_layer_norms(Layer& layer, const WeightLoader& w, const std::string& prefix, int64_t dim) {

@@ -36,10 +36,14 @@ std::vector<SwiGlu> load_experts(const WeightLoader& w, const std::string& moe, 
 std::unique_ptr<DenseMlp> load_dense_mlp(const WeightLoader& w, const std::string& prefix, int64_t hidden);
 
 // A mixture of experts under `moe` with its router `{moe}.{router}` (n_experts, dim) and
-// n_experts SwiGLU experts of `hidden`; shared experts are added by the caller.
+// n_experts SwiGLU experts of `hidden`; shared experts are added by the caller. The router's
+// n_experts and k are set from these.
 std::unique_ptr<MoeFfn> load_moe(const WeightLoader& w, const std::string& moe, const std::string& router,
-                                 int64_t n_experts, int64_t k, int64_t hidden, RouterFn route,
+                                 int64_t n_experts, int64_t k, int64_t hidden, RouterSpec route,
                                  SwiGluNames names = {});
+
+// A router of `kind` (n_experts and k are set by load_moe); renorm: SoftmaxTopK's.
+RouterSpec make_router(RouteKind kind, bool renorm = false);
 
 // The layer's two RMSNorm weights (input_layernorm, post_attention_layernorm).
 void load_layer_norms(Layer& layer, const WeightLoader& w, const std::string& prefix, int64_t dim);

@@ -9,7 +9,7 @@
 #include "model/archs/archs.h"
 #include "model/archs/common.h"
 #include "model/blocks/mla.h"
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 
@@ -140,11 +140,10 @@ void build_deepseek_v3(Model& m, const WeightLoader& w) {
       layer.ffn = load_dense_mlp(w, p + ".mlp", c.hidden_dim);
     } else {
       std::vector<float> bias = w.vec(p + ".mlp.gate.e_score_correction_bias", n_experts);
-      auto moe = load_moe(w, p + ".mlp", "gate", n_experts, moe_dims.route.k, moe_dims.moe_hidden,
-                          [params = moe_dims.route, bias = std::move(bias)](const float* logits, int32_t* ids,
-                                                                             float* wts) {
-                            route_sigmoid_grouped_ref(logits, bias.data(), params, ids, wts);
-                          });
+      RouterSpec router = make_router(RouteKind::SigmoidGrouped);
+      router.grouped = moe_dims.route;
+      router.bias = std::move(bias);
+      auto moe = load_moe(w, p + ".mlp", "gate", n_experts, moe_dims.route.k, moe_dims.moe_hidden, std::move(router));
       if (moe_dims.n_shared > 0)
         moe->shared.push_back(
             load_swiglu(w, p + ".mlp.shared_experts", c.dim, moe_dims.moe_hidden * moe_dims.n_shared));

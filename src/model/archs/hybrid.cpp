@@ -4,8 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/ref/ref.h"
+#include "backend/ref/ref.h"
 
 namespace moeflux {
 
@@ -144,9 +143,7 @@ std::unique_ptr<MoeFfn> load_moe_gated_shared(const WeightLoader& w, const std::
   const int64_t k = r.get_pos_int("num_experts_per_tok");
   if (k > n_experts) fail(c.path, ": num_experts_per_tok (", k, ") > num_experts (", n_experts, ")");
   auto moe = load_moe(w, prefix, "gate", n_experts, k, r.get_pos_int("moe_intermediate_size"),
-                      [n_experts, k, renorm](const float* logits, int32_t* ids, float* wts) {
-                        route_softmax_topk(logits, n_experts, k, renorm, ids, wts);
-                      });
+                      make_router(RouteKind::SoftmaxTopK, renorm));
   moe->shared.push_back(
       load_swiglu(w, prefix + ".shared_expert", c.dim, r.get_pos_int("shared_expert_intermediate_size")));
   moe->shared_gate = w.linear(prefix + ".shared_expert_gate", 1, c.dim);

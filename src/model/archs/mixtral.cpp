@@ -3,7 +3,6 @@
 #include "core/error.h"
 #include "model/archs/archs.h"
 #include "model/archs/common.h"
-#include "ops/ref/ref.h"
 
 namespace moeflux {
 
@@ -26,9 +25,7 @@ void build_mixtral(Model& m, const WeightLoader& w) {
     layer.mixer = std::move(attn);
     layer.ffn = load_moe(
         w, p + ".block_sparse_moe", "gate", n_experts, k, hidden,
-        [n_experts, k](const float* logits, int32_t* ids, float* wts) {
-          route_topk_softmax_ref(logits, n_experts, k, ids, wts);
-        },
+        make_router(RouteKind::TopKSoftmax),
         {"w1", "w3", "w2"});
     m.layers.push_back(std::move(layer));
   }

@@ -6,8 +6,6 @@
 #include "core/error.h"
 #include "model/archs/archs.h"
 #include "model/archs/common.h"
-#include "ops/cpu/cpu_ops.h"
-#include "ops/ref/ref.h"
 
 namespace moeflux {
 
@@ -33,9 +31,7 @@ void build_qwen3_moe(Model& m, const WeightLoader& w) {
       layer.ffn = load_dense_mlp(w, p + ".mlp", r.get_pos_int("intermediate_size"));
     else
       layer.ffn = load_moe(w, p + ".mlp", "gate", n_experts, k, moe_hidden,
-                           [n_experts, k, renorm](const float* logits, int32_t* ids, float* wts) {
-                             route_softmax_topk(logits, n_experts, k, renorm, ids, wts);
-                           });
+                           make_router(RouteKind::SoftmaxTopK, renorm));
     m.layers.push_back(std::move(layer));
   }
 }

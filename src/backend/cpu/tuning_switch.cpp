@@ -1,0 +1,35 @@
+// The registry of tuning switches: filled during static initialisation, read afterwards.
+#include "backend/cpu/tuning_switch.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace moeflux {
+
+namespace {
+std::vector<TuningSwitch*>& registry() {
+  static std::vector<TuningSwitch*> all;  // constructed on first use, whatever the order of initialisation
+  return all;
+}
+}  // namespace
+
+TuningSwitch::TuningSwitch(const char* env_name) : name_(env_name) {
+  const char* e = std::getenv(env_name);
+  on_.store(!(e && std::string(e) == "0"), std::memory_order_relaxed);
+  registry().push_back(this);
+}
+
+TuningSwitch* TuningSwitch::find(const std::string& name) {
+  for (TuningSwitch* s : registry())
+    if (name == s->name_) return s;
+  return nullptr;
+}
+
+std::vector<std::string> TuningSwitch::names() {
+  std::vector<std::string> out;
+  for (const TuningSwitch* s : registry()) out.emplace_back(s->name_);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace moeflux

@@ -1,0 +1,78 @@
+// Engine: runs a model on its backend for many sequences at once. A Sequence is one
+// conversation's state (one LayerState per layer, the tokens so far). Engine::step takes
+// tokens of several sequences (a prefill chunk of one, the next decode token of others) and
+// runs them through the model together: each layer's mixer runs per sequence over its own
+// state, and each FFN once over all rows, so that a routed expert that several sequences use
+// is read once per step. Session (session.h) is one sequence with the single-sequence API.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+
+namespace moeflux {
+
+class Sequence {
+ public:
+  int64_t pos() const { return int64_t(tokens_.size()); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  void reset();
+  size_t state_bytes() const;
+
+  // A copy of the whole state (for a later restore into a sequence of the same model).
+  struct Snapshot {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<std::vector<float>>> layers;  // per layer, per state buffer
+  };
+  Snapshot save() const;
+  // Error when the snapshot was taken from a model of another shape.
+  void restore(const Snapshot& s);
+
+ private:
+  friend class Engine;
+  std::vector<std::unique_ptr<LayerState>> states_;
+  std::vector<int32_t> tokens_;
+  bool broken_ = false;  // the state is out of step with tokens_ (a step failed midway)
+};
+
+struct ForwardOptions {
+  bool all_logits = true;                // false: only the last position's logits
+  std::vector<float>* hidden = nullptr;  // if set: (n_layers + 1, T, dim) as transformers'
+                                         // output_hidden_states (last entry after final norm)
+};
+
+// One sequence's part of a step.
+struct StepItem {
+  Sequence* seq = nullptr;
+  std::span<const int32_t> ids;  // at positions seq->pos() ..
+  ForwardOptions opt;
+};
+
+class Engine {
+ public:
+  // Runs `m` on m.backend. The model must outlive the engine.
+  explicit Engine(const Model& m);
+  const Model& model() const { return m_; }
+  Backend& backend() const { return *m_.backend; }
+
+  std::unique_ptr<Sequence> new_sequence() const;
+
+  // Runs every item's ids through the model at its sequence's next positions, all in one
+  // pass, and returns each item's logits ((T, vocab_size), or (1, vocab_size) when
+  // !opt.all_logits). Error, with every state unchanged, for no tokens, ids outside the
+  // vocabulary, a context longer than max_position_embeddings or a sequence given twice. An
+  // error during the pass (an expert that cannot be read) leaves each sequence's tokens
+  // unchanged: its next step first rebuilds its state from them.
+  std::vector<std::vector<float>> step(std::span<const StepItem> items);
+
+ private:
+  std::vector<std::vector<float>> run(std::span<const StepItem> items);
+  const Model& m_;
+};
+
+// Index of the largest logit (ties to the lower id).
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace moeflux
