@@ -562,6 +562,22 @@ void swiglu_expert(const QWeight& gate, const QWeight& up, const QWeight& down, 
 }
 
 namespace {
+// A task of rows [r0, r1) of expert i.
+struct ExpertRows {
+  int i;
+  int64_t r0, r1;
+};
+
+// fn(task) for blocks of `block` rows of each of n experts' `rows`, dealt out one at a time over
+// the threads, so that experts with many tokens balance with those with few.
+template <typename F>
+void run_expert_row_tasks(int n, int64_t rows, int64_t block, F&& fn) {
+  std::vector<ExpertRows> tasks;
+  for (int i = 0; i < n; ++i)
+    for (int64_t r = 0; r < rows; r += block) tasks.push_back({i, r, std::min(rows, r + block)});
+  each_item(int64_t(tasks.size()), false, [&](int64_t j) { fn(tasks[size_t(j)]); });
+}
+
 // swiglu_experts_batch for experts of few tokens each, as matmul_multi's small batches: each
 // token prepared for the matvec kernels (by whichever thread takes it), then tasks of
 // kSmallBatchRows rows of one expert run for each of its tokens. at: token offsets of the
@@ -583,19 +599,9 @@ void swiglu_experts_small(int n, const QWeight* const* gate, const QWeight* cons
       }
     });
   };
-  struct Task {
-    int i;
-    int64_t r0, r1;
-  };
-  std::vector<Task> tasks;
-  auto run_tasks = [&](int64_t rows, auto&& fn) {
-    tasks.clear();
-    for (int i = 0; i < n; ++i)
-      for (int64_t r = 0; r < rows; r += kSmallBatchRows) tasks.push_back({i, r, std::min(rows, r + kSmallBatchRows)});
-    each_item(int64_t(tasks.size()), false, [&](int64_t j) { fn(tasks[size_t(j)]); });
-  };
+  auto run_tasks = [&](int64_t rows, auto&& fn) { run_expert_row_tasks(n, rows, kSmallBatchRows, fn); };
   prepare(gate, [&](int i, int64_t tok) { return xs[i] + tok * gate[i]->cols; });
-  run_tasks(hidden, [&](const Task& t) {
+  run_tasks(hidden, [&](const ExpertRows& t) {
     for (int64_t j = at[size_t(t.i)]; j < at[size_t(t.i) + 1]; ++j) {
       k.matvec_rows(*gate[t.i], px[size_t(j)], g + j * hidden, t.r0, t.r1);
       k.matvec_rows(*up[t.i], px[size_t(j)], u + j * hidden, t.r0, t.r1);
@@ -603,7 +609,7 @@ void swiglu_experts_small(int n, const QWeight* const* gate, const QWeight* cons
     }
   });
   prepare(down, [&](int i, int64_t tok) { return g + (at[size_t(i)] + tok) * hidden; });
-  run_tasks(down[0]->rows, [&](const Task& t) {
+  run_tasks(down[0]->rows, [&](const ExpertRows& t) {
     for (int64_t tok = 0; tok < T[t.i]; ++tok)
       k.matvec_rows(*down[t.i], px[size_t(at[size_t(t.i)] + tok)], outs[t.i] + tok * down[t.i]->rows, t.r0, t.r1);
   });
@@ -661,22 +667,10 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
     });
   };
   prepare_all(gate, [&](int64_t i) { return xs[i]; });
-  // Tasks of kRowBlock rows of one expert, dealt out one at a time, so that experts with many
-  // tokens balance with those with few.
-  constexpr int64_t kRowBlock = 64;
-  struct Task {
-    int i;
-    int64_t r0, r1;
-  };
-  std::vector<Task> tasks;
-  auto run_tasks = [&](int64_t rows, auto&& fn) {
-    tasks.clear();
-    for (int i = 0; i < n; ++i)
-      for (int64_t r = 0; r < rows; r += kRowBlock) tasks.push_back({i, r, std::min(rows, r + kRowBlock)});
-    each_item(int64_t(tasks.size()), false, [&](int64_t j) { fn(tasks[size_t(j)]); });
-  };
+  constexpr int64_t kRowBlock = 64;  // rows of an expert per task (run_expert_row_tasks)
+  auto run_tasks = [&](int64_t rows, auto&& fn) { run_expert_row_tasks(n, rows, kRowBlock, fn); };
   // Gate and up rows of a block, then h = silu(gate) * up on the block.
-  run_tasks(hidden, [&](const Task& t) {
+  run_tasks(hidden, [&](const ExpertRows& t) {
     float* gi = g + at[size_t(t.i)] * hidden;
     float* ui = u + at[size_t(t.i)] * hidden;
     k.matmul_rows(*gate[t.i], pool[size_t(t.i)], gi, hidden, t.r0, t.r1);
@@ -686,7 +680,7 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
   });
   prepare_all(down, [&](int64_t i) { return g + at[size_t(i)] * hidden; });
   run_tasks(down[0]->rows,
-            [&](const Task& t) { k.matmul_rows(*down[t.i], pool[size_t(t.i)], outs[t.i], down[t.i]->rows, t.r0, t.r1); });
+            [&](const ExpertRows& t) { k.matmul_rows(*down[t.i], pool[size_t(t.i)], outs[t.i], down[t.i]->rows, t.r0, t.r1); });
 }
 
 namespace {
