@@ -135,28 +135,21 @@ TEST(DemoModel, MatchesTransformers) {
   EXPECT_EQ(greedy_generate(s, g.i32.at("gen_prompt"), int(want.size())), want);
 }
 
-std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param;
-  for (auto& c : n)
-    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
-}
-
-INSTANTIATE_TEST_SUITE_P(Qwen3Moe, FixtureTest, ::testing::Values("qwen3_moe", "qwen3_moe/q4"), name_of);
-INSTANTIATE_TEST_SUITE_P(Mixtral, FixtureTest, ::testing::Values("mixtral", "mixtral/q4"), name_of);
+INSTANTIATE_TEST_SUITE_P(Qwen3Moe, FixtureTest, ::testing::Values("qwen3_moe", "qwen3_moe/q4"), test::param_name);
+INSTANTIATE_TEST_SUITE_P(Mixtral, FixtureTest, ::testing::Values("mixtral", "mixtral/q4"), test::param_name);
 INSTANTIATE_TEST_SUITE_P(DeepseekV3, FixtureTest,
-                         ::testing::Values("deepseek_v3", "deepseek_v3/q4", "deepseek_v3/fp8"), name_of);
+                         ::testing::Values("deepseek_v3", "deepseek_v3/q4", "deepseek_v3/fp8"), test::param_name);
 // qwen3_next ships only in its q4 form: qwen3_5_moe_text covers the hybrids' Hub (bf16) layout.
-INSTANTIATE_TEST_SUITE_P(Qwen3Next, FixtureTest, ::testing::Values("qwen3_next/q4"), name_of);
+INSTANTIATE_TEST_SUITE_P(Qwen3Next, FixtureTest, ::testing::Values("qwen3_next/q4"), test::param_name);
 INSTANTIATE_TEST_SUITE_P(Qwen35MoeText, FixtureTest, ::testing::Values("qwen3_5_moe_text", "qwen3_5_moe_text/q4"),
-                         name_of);
+                         test::param_name);
 // Other shapes and seed (variants.json): tied embeddings, no renormalisation, other head
 // ratios, dense first/last layers, a mixtral sliding window shorter than golden_long. In their
 // q4 form only: the main fixtures above cover the bf16 and FP8 formats.
 INSTANTIATE_TEST_SUITE_P(Variants, FixtureTest,
                          ::testing::Values("variants/qwen3_moe/q4", "variants/mixtral/q4", "variants/qwen3_next/q4",
                                            "variants/qwen3_5_moe_text/q4", "variants/deepseek_v3/q4"),
-                         name_of);
+                         test::param_name);
 
 }  // namespace
 }  // namespace moeflux

@@ -49,20 +49,13 @@ TEST_P(RefFixtureTest, PrefillDecodeAndGreedyMatchTheGolden) {
   EXPECT_EQ(greedy_generate(s, g.i32.at("gen_prompt"), int(want.size())), want);
 }
 
-std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param;
-  for (auto& c : n)
-    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
-}
-
 INSTANTIATE_TEST_SUITE_P(Fixtures, RefFixtureTest,
                          ::testing::Values("qwen3_moe", "qwen3_moe/q4", "mixtral", "mixtral/q4", "deepseek_v3",
                                            "deepseek_v3/q4", "deepseek_v3/fp8", "qwen3_next/q4", "qwen3_5_moe_text",
                                            "qwen3_5_moe_text/q4", "variants/qwen3_moe/q4", "variants/mixtral/q4",
                                            "variants/qwen3_next/q4", "variants/qwen3_5_moe_text/q4",
                                            "variants/deepseek_v3/q4"),
-                         name_of);
+                         test::param_name);
 
 }  // namespace
 }  // namespace moeflux

@@ -138,16 +138,9 @@ TEST_P(HybridTest, StateBuffersCarryTheSequence) {
   }
 }
 
-std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param;
-  for (auto& c : n)
-    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
-}
-
 INSTANTIATE_TEST_SUITE_P(Hybrid, HybridTest,
                          ::testing::Values("qwen3_next/q4", "qwen3_5_moe_text", "qwen3_5_moe_text/q4"),
-                         name_of);
+                         test::param_name);
 
 }  // namespace
 }  // namespace moeflux

@@ -1,6 +1,9 @@
 // Helpers shared by the tests: where the test data lives, golden files, error metrics.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cmath>
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <string>
@@ -10,6 +13,15 @@
 #include "format/safetensors.h"
 
 namespace moeflux::test {
+
+// A test name from a string parameter ("qwen3_moe/q4" -> "qwen3_moe_q4"): every character
+// but letters and digits becomes '_'.
+inline std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (auto& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
 
 // tests/data (set by CMake), so tests run from any directory of a fresh clone.
 std::string data_dir();
