@@ -127,12 +127,14 @@ void add_norms(std::vector<OpCase>& cases) {
                        for (float v : r.host(h)) out.push_back(v);
                        return out;
                      }});
-  for (const auto& [T, dim] : {std::pair<int64_t, int64_t>{1, 7}, {3, 129}})
+  for (const auto& shape : {std::pair<int64_t, int64_t>{1, 7}, {3, 129}}) {
+    const int64_t T = shape.first, dim = shape.second;  // named copies: lambdas capture them
     cases.push_back({"add_" + std::to_string(dim) + tokens(T), Op::Add, 0.0, [T, dim](OpRun& r) {
                        const Act x = r.act(T, dim, randn(size_t(T * dim), 24));
                        r.b.add(x, r.act(T, dim, randn(size_t(T * dim), 25)));
                        return r.host(x);
                      }});
+  }
 }
 
 void add_rope(std::vector<OpCase>& cases) {
