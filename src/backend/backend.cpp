@@ -2,8 +2,10 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
+#include "backend/ref/linear_attn.h"
 #include "core/error.h"
 
 namespace moeflux {
@@ -49,6 +51,23 @@ SwiGlu rebased(const SwiGlu& s, const uint8_t* from, const uint8_t* to) {
     return w;
   };
   return SwiGlu{move(s.gate), move(s.up), move(s.down)};
+}
+
+void gdn_conv_qk_ref(const GdnSpec& sp, const float* proj, float* conv_state, float* mixed) {
+  const int64_t cd = sp.conv_dim(), kd = sp.key_dim();
+  causal_conv1d_step_ref(proj, sp.conv_w.data(), cd, sp.conv_kernel, conv_state, mixed);
+  for (int64_t i = 0; i < cd; ++i) mixed[i] = silu_ref(mixed[i]);
+  float *q = mixed, *k = mixed + kd;
+  const float q_scale = 1.0f / std::sqrt(float(sp.k_dim));
+  for (int64_t h = 0; h < sp.n_k_heads; ++h) {
+    l2norm_ref(q + h * sp.k_dim, sp.k_dim, kGdnL2NormEps, q + h * sp.k_dim);
+    l2norm_ref(k + h * sp.k_dim, sp.k_dim, kGdnL2NormEps, k + h * sp.k_dim);
+    for (int64_t i = 0; i < sp.k_dim; ++i) q[h * sp.k_dim + i] *= q_scale;
+  }
+}
+
+float gdn_decay_ref(const GdnSpec& sp, int64_t h, float a) {
+  return -std::exp(sp.A_log[size_t(h)]) * softplus_ref(a + sp.dt_bias[size_t(h)]);
 }
 
 void route_ref(const RouterSpec& r, const float* logits, int32_t* ids, float* weights) {

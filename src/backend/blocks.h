@@ -96,6 +96,13 @@ struct GdnSpec {
   int64_t proj_dim() const { return conv_dim() + value_dim() + 2 * n_v_heads; }
 };
 
+// One token of a GatedDeltaNet before the delta rule, as the reference computes it: the causal
+// conv1d step over proj's q | k | v (conv_state shifts), SiLU, then q and k L2-normalised per
+// key head and q scaled by 1 / sqrt(k_dim), into mixed (conv_dim).
+void gdn_conv_qk_ref(const GdnSpec& sp, const float* proj, float* conv_state, float* mixed);
+// Value head h's decay exponent g = -exp(A_log[h]) * softplus(a + dt_bias[h]).
+float gdn_decay_ref(const GdnSpec& sp, int64_t h, float a);
+
 // How a router turns its logits (n_experts) into k expert ids and weights.
 enum class RouteKind : uint8_t {
   SoftmaxTopK,     // softmax over all experts, top-k, renormalised when `renorm` (qwen3_moe, hybrids)

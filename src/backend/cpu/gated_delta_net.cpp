@@ -20,7 +20,6 @@ void gated_delta_net(const GdnSpec& sp, const float* x, int64_t T, GdnState& s, 
   float* q = mixed.data();
   float* k = q + kd;
   const float* v = k + kd;
-  const float q_scale = 1.0f / std::sqrt(float(sp.k_dim));
   // Input projections of all T tokens at once (each weight row read once per batch); the
   // recurrence below then walks the tokens in order.
   std::vector<std::vector<float>> projected(sp.in_proj.size());
@@ -35,18 +34,12 @@ void gated_delta_net(const GdnSpec& sp, const float* x, int64_t T, GdnState& s, 
       const float* pt = projected[i].data() + t * p.w.rows;
       for (int64_t r = 0; r < p.w.rows; ++r) proj[size_t(p.dst[size_t(r)])] = pt[r];
     }
-    causal_conv1d_step_ref(proj.data(), sp.conv_w.data(), cd, sp.conv_kernel, s.conv.data(), mixed.data());
-    for (auto& m : mixed) m = silu_ref(m);
-    for (int64_t h = 0; h < sp.n_k_heads; ++h) {
-      l2norm_ref(q + h * sp.k_dim, sp.k_dim, kGdnL2NormEps, q + h * sp.k_dim);
-      l2norm_ref(k + h * sp.k_dim, sp.k_dim, kGdnL2NormEps, k + h * sp.k_dim);
-      for (int64_t i = 0; i < sp.k_dim; ++i) q[h * sp.k_dim + i] *= q_scale;
-    }
+    gdn_conv_qk_ref(sp, proj.data(), s.conv.data(), mixed.data());
     // Value heads over the threads: each owns its state and output.
     for_tokens(sp.n_v_heads, sp.k_dim * sp.v_dim * 8, [&](int64_t h0, int64_t h1) {
       for (int64_t h = h0; h < h1; ++h) {
         const int64_t kh = h / group;  // consecutive value heads share a key head
-        const float g = -std::exp(sp.A_log[size_t(h)]) * softplus_ref(a[h] + sp.dt_bias[size_t(h)]);
+        const float g = gdn_decay_ref(sp, h, a[h]);
         const float beta = 1.0f / (1.0f + std::exp(-b[h]));
         float* oh = os.data() + t * vd + h * sp.v_dim;
         gated_delta_step(s.recurrent.data() + h * sp.k_dim * sp.v_dim, q + kh * sp.k_dim, k + kh * sp.k_dim, v + h * sp.v_dim, g,

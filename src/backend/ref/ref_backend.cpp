@@ -159,23 +159,16 @@ void gdn_seq(const GdnSpec& sp, Act x, GdnState& s, Act out) {
   float* q = mixed.data();
   float* k = q + kd;
   const float* v = k + kd;
-  const float q_scale = 1.0f / std::sqrt(float(sp.k_dim));
   for (int64_t t = 0; t < x.rows; ++t) {
     for (const GdnProjection& p : sp.in_proj) {
       std::vector<float> y = floats(p.w.rows);
       matvec_ref(p.w, x.row(t), y.data());
       for (int64_t r = 0; r < p.w.rows; ++r) proj[size_t(p.dst[size_t(r)])] = y[size_t(r)];
     }
-    causal_conv1d_step_ref(proj.data(), sp.conv_w.data(), cd, sp.conv_kernel, s.conv.data(), mixed.data());
-    for (float& m : mixed) m = silu_ref(m);
-    for (int64_t h = 0; h < sp.n_k_heads; ++h) {
-      l2norm_ref(q + h * sp.k_dim, sp.k_dim, kGdnL2NormEps, q + h * sp.k_dim);
-      l2norm_ref(k + h * sp.k_dim, sp.k_dim, kGdnL2NormEps, k + h * sp.k_dim);
-      for (int64_t i = 0; i < sp.k_dim; ++i) q[h * sp.k_dim + i] *= q_scale;
-    }
+    gdn_conv_qk_ref(sp, proj.data(), s.conv.data(), mixed.data());
     for (int64_t h = 0; h < sp.n_v_heads; ++h) {
       const int64_t kh = h / group;  // consecutive value heads share a key head
-      const float g = -std::exp(sp.A_log[size_t(h)]) * softplus_ref(a[h] + sp.dt_bias[size_t(h)]);
+      const float g = gdn_decay_ref(sp, h, a[h]);
       float* oh = o.data() + h * sp.v_dim;
       gated_delta_step_ref(s.recurrent.data() + h * sp.k_dim * sp.v_dim, q + kh * sp.k_dim, k + kh * sp.k_dim,
                            v + h * sp.v_dim, g, sigmoid(b[h]), sp.k_dim, sp.v_dim, oh);
