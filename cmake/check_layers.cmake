@@ -8,7 +8,7 @@ set(LAYER_GROUPS
   "format/"
   "tokenizer/,template/"
   "backend/ref/,backend/backend,backend/act,backend/blocks,backend/state,backend/expert_source"
-  "backend/cpu/"
+  "backend/cpu/,backend/cuda/"
   "backend/registry"
   "model/"
   "stream/"

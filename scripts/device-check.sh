@@ -8,6 +8,10 @@
 #   ab      this tree against each carry tree, alternating ROUNDS rounds (default 3, the order
 #           reversed every other round): bench $BENCH (default -p 128 -n 32 -r 3)
 #   stream  expert streaming tables (scripts/device-stream.sh)
+#   cuda-test   the CUDA tests: the backend op table and the fixture suite through cuda
+#               (logs under $OUT/cuda-*.log)
+#   cuda-bench  bench --backend cuda on synth packs: qwen3-30b-a3b (CUDA_LAYERS of 48, default
+#               all) -p 512 -n 128, and mixtral-8x7b (4 layers) -p 512 -n 128
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,25 +20,45 @@ mkdir -p "$OUT"
 W=build-device/cpu
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 build() {  # build SRC_DIR BUILD_DIR NAME
-  cmake -S "$1" -B "$2" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF >"$OUT/cmake-$3.log" 2>&1 &&
+  cmake -S "$1" -B "$2" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF -DMOEFLUX_CUDA=${MOEFLUX_CUDA:-ON} >"$OUT/cmake-$3.log" 2>&1 &&
     timeout 300 cmake --build "$2" -j"$(nproc)" --target moeflux >"$OUT/build-$3.log" 2>&1 && echo "built $3 $(date -u +%T)"
 }
 build . "$W/build" new || { tail -30 "$OUT/build-new.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 bins=("new=$W/build/src/moeflux")
 for t in carry/*/; do
   n=$(basename "$t")
   [ -f "$t/CMakeLists.txt" ] && build "$t" "$W/tree-$n" "$n" && bins+=("$n=$W/tree-$n/src/moeflux")
 done
+synth() {  # synth PRESET LAYERS: the pack's path
+  local p=$W/$1-l$2
+  if [ ! -f "$p/manifest.json" ]; then
+    local t0=$SECONDS
+    timeout 420 $W/build/src/moeflux synth --preset "$1" --layers "$2" --format pack --out "$p" >/dev/null 2>&1
+    echo "synth of $1, $2 layers: $((SECONDS - t0)) s" >&2
+  fi
+  echo "$p"
+}
 CPU_LAYERS=${CPU_LAYERS:-48}
-p=$W/qwen3-30b-a3b-l$CPU_LAYERS
-if [ ! -f "$p/manifest.json" ]; then
-  t0=$SECONDS
-  timeout 420 $W/build/src/moeflux synth --preset qwen3-30b-a3b --layers "$CPU_LAYERS" --format pack --out "$p" >/dev/null 2>&1
-  echo "synth of $CPU_LAYERS layers: $((SECONDS - t0)) s"
-fi
-rows() { grep -E "^\| (qwen|[a-z_0-9]+ \|)" | grep -v -- "---"; }
-for s in ${DEVICE_STEPS:-table}; do
+rows() { grep -E "^\| (qwen|mixtral|[a-z_0-9]+ \|)" | grep -v -- "---"; }
+steps=${DEVICE_STEPS:-table}
+case " $steps " in *" table "*|*" seqs "*|*" ab "*) p=$(synth qwen3-30b-a3b "$CPU_LAYERS") ;; esac
+for s in $steps; do
   case $s in
+    cuda-test)
+      timeout 400 cmake --build "$W/build" -j"$(nproc)" --target test_backend_ops test_models >"$OUT/build-tests.log" 2>&1 ||
+        { tail -30 "$OUT/build-tests.log"; continue; }
+      timeout 300 "$W/build/tests/test_backend_ops" >"$OUT/cuda-ops.log" 2>&1
+      echo "op table: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-ops.log" | tr '\n' ' ')"
+      grep -E "^\[  FAILED|Failure|rel_l2|Which is" "$OUT/cuda-ops.log" | head -30
+      timeout 300 "$W/build/tests/test_models" --gtest_filter='*BackendFixture*cuda*' >"$OUT/cuda-fixtures.log" 2>&1
+      echo "fixtures: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-fixtures.log" | tr '\n' ' ')"
+      grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-fixtures.log" | head -30 ;;
+    cuda-bench)
+      q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
+      timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 3 ${CUDA_BENCH:-} 2>&1 | tee "$OUT/cuda-bench-q30.log" | rows
+      x=$(synth mixtral-8x7b 4)
+      timeout 200 $W/build/src/moeflux bench --backend cuda -m "$x" -p 512 -n 128 -r 3 ${CUDA_BENCH:-} 2>&1 | tee "$OUT/cuda-bench-mixtral.log" | rows ;;
     table)
       for i in $(seq "${TABLE_RUNS:-3}"); do
         $W/build/src/moeflux bench -m "$p" -p 128 -n 32 -r 5 2>&1 | rows | tee -a "$OUT/table.md"

@@ -25,6 +25,9 @@ class LayerState {
   // The whole state as f32 buffers, so that a sequence can be saved and restored: restoring
   // resizes each growing buffer to the saved length and copies the values back.
   virtual std::vector<StateBuffer> buffers() = 0;
+  // Called after the caller wrote into the vectors of buffers() (a restore), for a state that
+  // keeps its values elsewhere (device memory) and must take them from those vectors.
+  virtual void buffers_written() {}
 };
 
 // GQA: keys and values of every position so far.

@@ -46,6 +46,7 @@ void Sequence::restore(const Snapshot& snap) {
   for (size_t l = 0; l < states_.size(); ++l) {
     const auto bufs = states_[l]->buffers();
     for (size_t i = 0; i < bufs.size(); ++i) *bufs[i].data = snap.layers[l][i];
+    states_[l]->buffers_written();
   }
   tokens_ = snap.tokens;
   broken_ = false;

@@ -33,7 +33,13 @@ struct Variant {
 std::vector<Variant> variants() {
   std::vector<Variant> vs;
   for (const std::string& name : backend_names()) {
-    if (name == "ref") continue;
+    if (name == "ref" || name == "auto") continue;  // auto is one of the others
+    if (std::string why; !backend_usable(name, &why)) {
+      static bool told = false;
+      if (!told) std::printf("backend %s not tested here: %s\n", name.c_str(), why.c_str());
+      told = true;
+      continue;
+    }
     vs.push_back({name, named(name)});
     if (name != "cpu") continue;
     for (CpuIsa isa : test::cpu_isas_available())
@@ -138,6 +144,19 @@ TEST(BackendOpsTable, RefIsRegistered) {
   EXPECT_EQ(ref->device(), Device::Host);
   EXPECT_FALSE(ref->rewrites_weights());
   EXPECT_THROW(make_backend(named("nonesuch")), Error);
+}
+
+// cuda where it can run, else an error naming why; auto picks it when it can run.
+TEST(BackendOpsTable, CudaOrAReason) {
+  std::string why;
+  if (backend_usable("cuda", &why)) {
+    EXPECT_STREQ(make_backend(named("cuda"))->name(), "cuda");
+    EXPECT_STREQ(make_backend(named("auto"))->name(), "cuda");
+  } else {
+    EXPECT_FALSE(why.empty());
+    EXPECT_THROW(make_backend(named("cuda")), Error);
+    EXPECT_STREQ(make_backend(named("auto"))->name(), "cpu");
+  }
 }
 
 }  // namespace

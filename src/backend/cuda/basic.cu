@@ -1,0 +1,124 @@
+// Per-token kernels: embedding rows, add + RMSNorm, adds, SiLU * up, RoPE.
+#include "backend/cuda/check.cuh"
+#include "backend/cuda/kernels.cuh"
+
+namespace moeflux::cuda {
+
+namespace {
+
+template <int F>
+__global__ void embed_kernel(DW w, const int32_t* ids, float* out) {
+  const int64_t t = blockIdx.y, r = ids[t];
+  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < w.cols; c += int64_t(gridDim.x) * blockDim.x)
+    out[t * w.cols + c] = load1<F>(w, r, c);
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ float block_sum(float v, float* sh) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  __syncthreads();  // sh may still be read from a previous call
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : 0.0f;
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, float* h, int64_t cols) {
+  __shared__ float sh[32];
+  float* xr = x + blockIdx.x * cols;
+  float* hr = h + blockIdx.x * cols;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    float v = xr[i];
+    if (y) xr[i] = v = v + y[blockIdx.x * cols + i];
+    ss += v * v;
+  }
+  ss = block_sum(ss, sh);
+  const float inv = 1.0f / sqrtf(ss / float(cols) + eps);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) hr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += y[i];
+}
+
+__global__ void add_scaled_rows_kernel(float* out, const float* y, const float* scale, bool sig, int64_t cols) {
+  float g = scale ? scale[blockIdx.y] : 1.0f;
+  if (sig) g = 1.0f / (1.0f + expf(-g));
+  const int64_t base = blockIdx.y * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < cols; i += int64_t(gridDim.x) * blockDim.x)
+    out[base + i] += g * y[base + i];
+}
+
+__global__ void silu_mul_kernel(const float* g, const float* u, float* h, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float a = g[i];
+    h[i] = a / (1.0f + expf(-a)) * u[i];
+  }
+}
+
+// One block per (row, head): the pairs (i, i + rot_dim / 2).
+__global__ void rope_kernel(RopeDev t, int64_t head_dim, int64_t pos0, float* x, int64_t cols) {
+  float* v = x + blockIdx.x * cols + blockIdx.y * head_dim;
+  const float pos = float(pos0 + blockIdx.x);
+  const int half = t.rot_dim / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float ang = pos * t.inv_freq[i];
+    const float c = cosf(ang) * t.attn_factor, s = sinf(ang) * t.attn_factor;
+    const float x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * c - x2 * s;
+    v[i + half] = x2 * c + x1 * s;
+  }
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+  return unsigned(std::min<int64_t>((n + threads - 1) / threads, 65535));
+}
+
+}  // namespace
+
+void embed(const DW& w, const int32_t* ids, int64_t T, float* out, cudaStream_t s) {
+  if (T == 0) return;
+  with_fmt(w.fmt, [&](auto f) {
+    embed_kernel<decltype(f)::value><<<dim3(blocks_for(w.cols, 256), unsigned(T)), 256, 0, s>>>(w, ids, out);
+  });
+  MF_CUDA_LAUNCHED("embed");
+}
+
+void add_rms_norm(float* x, const float* y, const float* w, float eps, float* h, int64_t rows, int64_t cols,
+                  cudaStream_t s) {
+  if (rows == 0) return;
+  const int threads = cols >= 1024 ? 1024 : cols >= 256 ? 256 : 32;
+  add_rms_norm_kernel<<<unsigned(rows), threads, 0, s>>>(x, y, w, eps, h, cols);
+  MF_CUDA_LAUNCHED("add_rms_norm");
+}
+
+void add(float* x, const float* y, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, y, n);
+  MF_CUDA_LAUNCHED("add");
+}
+
+void add_scaled_rows(float* out, const float* y, const float* scale, bool sigmoid, int64_t rows, int64_t cols,
+                     cudaStream_t s) {
+  if (rows == 0) return;
+  add_scaled_rows_kernel<<<dim3(blocks_for(cols, 256), unsigned(rows)), 256, 0, s>>>(out, y, scale, sigmoid, cols);
+  MF_CUDA_LAUNCHED("add_scaled_rows");
+}
+
+void silu_mul(const float* g, const float* u, float* h, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  silu_mul_kernel<<<blocks_for(n, 256), 256, 0, s>>>(g, u, h, n);
+  MF_CUDA_LAUNCHED("silu_mul");
+}
+
+void rope(const RopeDev& t, int64_t head_dim, int64_t pos0, float* x, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows == 0) return;
+  rope_kernel<<<dim3(unsigned(rows), unsigned(cols / head_dim)), 64, 0, s>>>(t, head_dim, pos0, x, cols);
+  MF_CUDA_LAUNCHED("rope");
+}
+
+}  // namespace moeflux::cuda

@@ -1,0 +1,188 @@
+// CudaBackend: the device, its stream and memory, weights as device views, and the per-token
+// ops. The blocks (attention, FFNs, MoE): cuda_blocks.cu.
+#include <algorithm>
+#include <cstdio>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/check.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/kv_cache.cuh"
+
+namespace moeflux {
+
+using namespace cuda;
+
+bool cuda_device_present(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
+    cudaGetLastError();  // clear the sticky error of a failed runtime start
+    return false;
+  }
+  return true;
+}
+
+std::shared_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
+  std::string why;
+  if (!cuda_device_present(&why)) fail("--backend cuda: no usable GPU here (", why, ")");
+  return std::make_shared<CudaBackend>(opt);
+}
+
+namespace {
+
+class DeviceActBuffer final : public ActBuffer {
+ public:
+  DeviceActBuffer(std::shared_ptr<DevicePool> pool, size_t floats)
+      : ActBuffer(static_cast<float*>(pool->get(std::max<size_t>(floats, 1) * sizeof(float))), floats, Device::Cuda),
+        pool_(std::move(pool)) {}
+  ~DeviceActBuffer() override { pool_->put(data_); }
+
+ private:
+  std::shared_ptr<DevicePool> pool_;
+};
+
+uint8_t stype_of(DType t) { return t == DType::F32 ? kSF32 : t == DType::F16 ? kSF16 : kSBF16; }
+
+}  // namespace
+
+size_t scale_bytes(const QWeight& w) {
+  if (w.format == WFormat::Affine) return size_t(w.rows * (w.cols / w.group_size)) * dtype_size(w.sdtype);
+  if (w.format == WFormat::Fp8Block)
+    return size_t(((w.rows + w.block_rows - 1) / w.block_rows) * ((w.cols + w.block_cols - 1) / w.block_cols)) *
+           dtype_size(w.sdtype);
+  return 0;
+}
+
+int cuda_fmt(const QWeight& w) {
+  switch (w.format) {
+    case WFormat::Dense:
+      return w.dtype == DType::F32 ? kF32 : w.dtype == DType::F16 ? kF16 : w.dtype == DType::BF16 ? kBF16 : kNoFmt;
+    case WFormat::Affine: {
+      if (w.group_lanes || w.group_size % 8 || w.cols % w.group_size) return kNoFmt;
+      const int codes[] = {kNoFmt, kNoFmt, kQ2, kQ3, kQ4, kQ5, kQ6, kNoFmt, kQ8};
+      return w.bits >= 0 && w.bits <= 8 ? codes[w.bits] : kNoFmt;
+    }
+    case WFormat::Fp8Block: return w.block_cols % 8 || w.cols % 8 ? kNoFmt : kFP8;
+  }
+  return kNoFmt;
+}
+
+CudaBackend::CudaBackend(const CudaOptions& opt) : opt_(opt), pool_(std::make_shared<DevicePool>()) {
+  MF_CUDA(cudaSetDevice(opt.device));
+  MF_CUDA(cudaGetDeviceProperties(&prop_, opt.device));
+  MF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  host_ = std::make_unique<CpuBackend>();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  for (auto& [m, t] : tables_) cudaFree(t.table);
+  cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::describe() const {
+  return cat("cuda ", prop_.name, " (sm_", prop_.major, prop_.minor, ", ", prop_.multiProcessorCount, " SMs, ",
+             prop_.totalGlobalMem >> 30, " GiB)");
+}
+
+std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
+  char mirrored[32];
+  std::snprintf(mirrored, sizeof mirrored, "%.2f", double(mirror_.bytes()) / 1e9);
+  return {{"device", prop_.name},
+          {"sm", cat(prop_.major, prop_.minor)},
+          {"multiprocessors", cat(prop_.multiProcessorCount)},
+          {"memory_gb", cat(prop_.totalGlobalMem / 1000000000)},
+          {"mirrored_gb", mirrored}};
+}
+
+bool CudaBackend::supports(Op op, const QWeight& w) const { return cuda_fmt(w) != kNoFmt; }
+
+DW dw_view(const QWeight& w) {
+  DW d;
+  d.fmt = cuda_fmt(w);
+  if (d.fmt == kNoFmt) fail("cuda backend: weights ", w.describe(), " are not supported on the device");
+  d.rows = w.rows, d.cols = w.cols, d.row_bytes = int64_t(w.row_bytes());
+  d.stype = stype_of(w.sdtype);
+  if (w.format == WFormat::Affine) {
+    d.group = w.group_size, d.scale_cols = int32_t(w.cols / w.group_size);
+  } else if (w.format == WFormat::Fp8Block) {
+    d.block_rows = w.block_rows, d.block_cols = w.block_cols;
+    d.scale_cols = int32_t((w.cols + w.block_cols - 1) / w.block_cols);
+  }
+  return d;
+}
+
+DW CudaBackend::dw(const QWeight& w) const {
+  DW d = dw_view(w);
+  d.data = static_cast<const uint8_t*>(mirror_.get(w.data, w.data_bytes()));
+  if (w.format == WFormat::Affine) {
+    d.scales = static_cast<const uint8_t*>(mirror_.get(w.scales, scale_bytes(w)));
+    d.biases = static_cast<const uint8_t*>(mirror_.get(w.biases, scale_bytes(w)));
+  } else if (w.format == WFormat::Fp8Block) {
+    d.scales = static_cast<const uint8_t*>(mirror_.get(w.block_scales, scale_bytes(w)));
+  }
+  return d;
+}
+
+const float* CudaBackend::dvec(const std::vector<float>& v) const {
+  return v.empty() ? nullptr : static_cast<const float*>(mirror_.get(v.data(), v.size() * sizeof(float)));
+}
+
+std::unique_ptr<LayerState> CudaBackend::make_state(const GqaSpec& a) const {
+  return std::make_unique<KvCacheDev>(a.n_kv_heads, a.head_dim, stream_);
+}
+std::unique_ptr<LayerState> CudaBackend::make_state(const MlaSpec& a) const { return host_->make_state(a); }
+std::unique_ptr<LayerState> CudaBackend::make_state(const GdnSpec& a) const { return host_->make_state(a); }
+
+std::unique_ptr<ActBuffer> CudaBackend::alloc(size_t floats) const {
+  return std::make_unique<DeviceActBuffer>(pool_, floats);
+}
+
+void CudaBackend::to_host(Act x, float* out) const {
+  MF_ASSERT(x.device == Device::Cuda);
+  MF_CUDA(cudaMemcpyAsync(out, x.data, x.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  MF_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::from_host(const float* in, Act x) const {
+  MF_ASSERT(x.device == Device::Cuda);
+  MF_CUDA(cudaMemcpyAsync(x.data, in, x.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  MF_CUDA(cudaStreamSynchronize(stream_));  // `in` may be a temporary of the caller
+}
+
+void CudaBackend::embed(const QWeight& table, std::span<const int32_t> ids, Act out) {
+  Scratch sc(*pool_);
+  int32_t* d_ids = sc.get<int32_t>(ids.size());
+  MF_CUDA(cudaMemcpyAsync(d_ids, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  cuda::embed(dw(table), d_ids, int64_t(ids.size()), out.data, stream_);
+}
+
+void CudaBackend::add_rms_norm(Act x, const Act* y, const float* w, float eps, Act h) {
+  const float* dw_ = w ? static_cast<const float*>(mirror_.get(w, size_t(x.cols) * sizeof(float))) : nullptr;
+  cuda::add_rms_norm(x.data, y ? y->data : nullptr, dw_, eps, h.data, x.rows, x.cols, stream_);
+}
+
+void CudaBackend::add(Act x, Act y) { cuda::add(x.data, y.data, int64_t(x.size()), stream_); }
+
+void CudaBackend::rope(const RopeTable& t, int64_t head_dim, int64_t pos0, Act x) {
+  const RopeDev r{dvec(t.inv_freq), int32_t(t.rot_dim), t.attn_factor};
+  cuda::rope(r, head_dim, pos0, x.data, x.rows, x.cols, stream_);
+}
+
+void CudaBackend::matmul(std::span<const QWeight* const> ws, Act x, std::span<const Act> ys) {
+  MF_ASSERT(ws.size() == ys.size());
+  for (size_t i = 0; i < ws.size(); ++i) cuda::matmul(dw(*ws[i]), x.data, x.rows, ys[i].data, stream_);
+}
+
+void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
+  Scratch sc(*pool_);
+  float* y = sc.get<float>(size_t(x.rows * head.rows));
+  cuda::matmul(dw(head), x.data, x.rows, y, stream_);
+  MF_CUDA(cudaMemcpyAsync(logits, y, size_t(x.rows * head.rows) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  MF_CUDA(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace moeflux

@@ -1,0 +1,244 @@
+// CudaBackend's blocks: GQA over device KV caches, SwiGLU, the routed MoE (resident experts as
+// one device table per layer; streamed experts copied to the device window by window), and
+// the mixers that still run on the host.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/check.cuh"
+#include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/kv_cache.cuh"
+
+namespace moeflux {
+
+using namespace cuda;
+
+void CudaBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
+  const int64_t R = x.rows, hd = a.head_dim, qd = a.n_heads * hd, kd = a.n_kv_heads * hd;
+  const int64_t qgd = a.gated ? 2 * qd : qd;
+  Scratch sc(*pool_);
+  float* qg = sc.get<float>(size_t(R * qgd));
+  float* kn = sc.get<float>(size_t(R * kd));
+  float* vn = sc.get<float>(size_t(R * kd));
+  float* q = sc.get<float>(size_t(R * qd));
+  float* gate = a.gated ? sc.get<float>(size_t(R * qd)) : nullptr;
+  float* att = sc.get<float>(size_t(R * qd));
+  cuda::matmul(dw(a.wq), x.data, R, qg, stream_);
+  cuda::matmul(dw(a.wk), x.data, R, kn, stream_);
+  cuda::matmul(dw(a.wv), x.data, R, vn, stream_);
+  GqaDev g;
+  g.n_heads = int32_t(a.n_heads), g.n_kv_heads = int32_t(a.n_kv_heads), g.head_dim = int32_t(hd);
+  g.window = int32_t(a.window), g.gated = a.gated, g.norm_eps = a.norm_eps;
+  g.q_norm = dvec(a.q_norm), g.k_norm = dvec(a.k_norm);
+  g.rope = RopeDev{dvec(a.rope.inv_freq), int32_t(a.rope.rot_dim), a.rope.attn_factor};
+  for (const SeqRows& s : seqs) {
+    auto& kv = static_cast<KvCacheDev&>(*s.state);
+    const int64_t len0 = kv.len();
+    kv.reserve(len0 + s.rows);
+    gqa_prep(g, qg + s.row0 * qgd, kn + s.row0 * kd, vn + s.row0 * kd, s.rows, s.pos0, len0, q + s.row0 * qd,
+             gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), stream_);
+    gqa_attend(g, q + s.row0 * qd, gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), s.rows, len0, att + s.row0 * qd,
+               stream_);
+    kv.grew(s.rows);
+  }
+  cuda::matmul(dw(a.wo), att, R, out.data, stream_);
+}
+
+void CudaBackend::host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run) {
+  std::vector<float> xh(x.size()), oh(out.size());
+  to_host(x, xh.data());
+  run(Act{xh.data(), x.rows, x.cols, Device::Host}, Act{oh.data(), out.rows, out.cols, Device::Host});
+  from_host(oh.data(), out);
+}
+
+void CudaBackend::mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
+  host_mixer(x, out, [&](Act xh, Act oh) { host_->mla_attention(a, xh, seqs, oh); });
+}
+
+void CudaBackend::gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
+  host_mixer(x, out, [&](Act xh, Act oh) { host_->gated_delta_net(a, xh, seqs, oh); });
+}
+
+void CudaBackend::swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float* out) {
+  Scratch sc(*pool_);
+  float* g = sc.get<float>(size_t(T * s.gate.rows));
+  float* u = sc.get<float>(size_t(T * s.up.rows));
+  cuda::matmul(dw(s.gate), x, T, g, stream_);
+  cuda::matmul(dw(s.up), x, T, u, stream_);
+  silu_mul(g, u, g, T * s.gate.rows, stream_);
+  cuda::matmul(dw(s.down), g, T, out, stream_);
+}
+
+void CudaBackend::swiglu(const SwiGlu& s, Act x, Act out) { swiglu_rows(s, x.data, x.rows, out.data); }
+
+namespace {
+
+// Device copies of n views spaced `bytes` apart when they are (one stacked tensor: one copy),
+// else one by one.
+std::vector<const uint8_t*> mirror_views(Mirror& mirror, const std::vector<const uint8_t*>& ps, size_t bytes) {
+  std::vector<const uint8_t*> out(ps.size(), nullptr);
+  bool stacked = !ps.empty() && ps[0];
+  for (size_t i = 1; stacked && i < ps.size(); ++i) stacked = ps[i] == ps[0] + i * bytes;
+  if (stacked) {
+    const auto* base = static_cast<const uint8_t*>(mirror.get(ps[0], ps.size() * bytes));
+    for (size_t i = 0; i < ps.size(); ++i) out[i] = base + i * bytes;
+  } else {
+    for (size_t i = 0; i < ps.size(); ++i) out[i] = static_cast<const uint8_t*>(mirror.get(ps[i], bytes));
+  }
+  return out;
+}
+
+// The bytes of an expert's record its views reach, from `base`.
+size_t record_extent(const SwiGlu& s, const uint8_t* base) {
+  size_t end = 0;
+  for (const QWeight* w : {&s.gate, &s.up, &s.down}) {
+    end = std::max(end, size_t(w->data - base) + w->data_bytes());
+    const size_t sb = scale_bytes(*w);
+    for (const uint8_t* p : {w->scales, w->biases, w->block_scales})
+      if (p) end = std::max(end, size_t(p - base) + sb);
+  }
+  return end;
+}
+
+// w's view with its pointers moved from host `from` to device `to` (same offsets).
+DW moved(DW d, const QWeight& w, const uint8_t* from, const uint8_t* to) {
+  auto mv = [&](const uint8_t* p) { return p ? to + (p - from) : nullptr; };
+  d.data = mv(w.data);
+  d.scales = mv(w.format == WFormat::Fp8Block ? w.block_scales : w.scales);
+  d.biases = mv(w.biases);
+  return d;
+}
+
+}  // namespace
+
+const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeSpec& m) {
+  ExpertTable& t = tables_[&m];
+  if (t.table && t.experts_data == m.experts[0].gate.data) return t;
+  const size_t E = m.experts.size();
+  std::vector<DW> host(3 * E);
+  const QWeight* first[3] = {&m.experts[0].gate, &m.experts[0].up, &m.experts[0].down};
+  for (int j = 0; j < 3; ++j) {
+    auto of = [&](size_t e) -> const QWeight& {
+      return j == 0 ? m.experts[e].gate : j == 1 ? m.experts[e].up : m.experts[e].down;
+    };
+    const QWeight& w0 = *first[j];
+    const int fmt = cuda_fmt(w0);
+    std::vector<const uint8_t*> data(E), scales(E), biases(E);
+    for (size_t e = 0; e < E; ++e) {
+      const QWeight& w = of(e);
+      if (cuda_fmt(w) != fmt || w.rows != w0.rows || w.cols != w0.cols)
+        fail(m.prefix, ": experts of different formats or shapes are not supported by the cuda backend");
+      data[e] = w.data;
+      scales[e] = w.format == WFormat::Fp8Block ? w.block_scales : w.scales;
+      biases[e] = w.biases;
+    }
+    const DW proto = dw_view(w0);
+    const size_t sb = scale_bytes(w0);
+    const auto dd = mirror_views(mirror_, data, w0.data_bytes());
+    const auto ds = sb ? mirror_views(mirror_, scales, sb) : std::vector<const uint8_t*>(E, nullptr);
+    const auto db = w0.biases ? mirror_views(mirror_, biases, sb) : std::vector<const uint8_t*>(E, nullptr);
+    for (size_t e = 0; e < E; ++e) {
+      DW d = proto;
+      d.data = dd[e], d.scales = ds[e], d.biases = db[e];
+      host[3 * e + size_t(j)] = d;
+    }
+    (j == 2 ? t.fmt_down : t.fmt_gate_up) = fmt;
+    if (j == 1 && fmt != cuda_fmt(*first[0])) fail(m.prefix, ": gate and up experts differ in format");
+  }
+  if (!t.table) MF_CUDA(cudaMalloc(&t.table, host.size() * sizeof(DW)));
+  MF_CUDA(cudaMemcpy(t.table, host.data(), host.size() * sizeof(DW), cudaMemcpyHostToDevice));
+  t.experts_data = m.experts[0].gate.data;
+  return t;
+}
+
+void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
+                               const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max,
+                               float* h, float* y) {
+  const int64_t K = m.n_experts_active, E = m.n_experts, hidden = m.experts[0].gate.rows;
+  std::vector<int32_t> ids(size_t(T * K));
+  MF_CUDA(cudaMemcpyAsync(ids.data(), ids_dev, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  MF_CUDA(cudaStreamSynchronize(stream_));
+  std::vector<int32_t> used = ids;
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  const int fmt_gu = cuda_fmt(m.experts[0].gate), fmt_d = cuda_fmt(m.experts[0].down);
+  size_t extent = 0;
+  for (int32_t e : used) extent = std::max(extent, record_extent(m.experts[size_t(e)], m.record_base[size_t(e)]));
+  extent = (extent + 255) / 256 * 256;
+  const size_t win = std::max<size_t>(1, std::min(m.source->window(m.source_layer), used.size()));
+  Scratch sc(*pool_);
+  uint8_t* staging = sc.get<uint8_t>(win * extent);
+  DW* table = sc.get<DW>(size_t(3 * E));
+  std::vector<DW> host(size_t(3 * E));
+  const DW gate0 = dw_view(m.experts[0].gate), up0 = dw_view(m.experts[0].up), down0 = dw_view(m.experts[0].down);
+  for (size_t i0 = 0; i0 < used.size(); i0 += win) {
+    const std::span<const int32_t> part(used.data() + i0, std::min(win, used.size() - i0));
+    std::vector<ExpertRef> refs = m.source->acquire(m.source_layer, part);
+    MF_ASSERT(refs.size() == part.size());
+    std::fill(host.begin(), host.end(), DW{});
+    for (size_t j = 0; j < part.size(); ++j) {
+      const int32_t e = part[j];
+      const SwiGlu& s = m.experts[size_t(e)];
+      const uint8_t* base = m.record_base[size_t(e)];
+      const uint8_t* bytes = refs[j].wait();
+      uint8_t* dst = staging + j * extent;
+      MF_CUDA(cudaMemcpyAsync(dst, bytes, record_extent(s, base), cudaMemcpyHostToDevice, stream_));
+      refs[j].release();  // the pageable copy is staged when the call returns
+      host[size_t(3 * e)] = moved(gate0, s.gate, base, dst);
+      host[size_t(3 * e + 1)] = moved(up0, s.up, base, dst);
+      host[size_t(3 * e + 2)] = moved(down0, s.down, base, dst);
+    }
+    MF_CUDA(cudaMemcpyAsync(table, host.data(), host.size() * sizeof(DW), cudaMemcpyHostToDevice, stream_));
+    experts_gate_up(table, fmt_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max, h, stream_);
+    experts_down(table, fmt_d, hidden, m.dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+    MF_CUDA(cudaStreamSynchronize(stream_));  // `host` and the staging are reused by the next window
+  }
+}
+
+void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
+  MF_ASSERT(!m.prepared_records);  // this backend has no RecordTransform
+  const int64_t T = x.rows, K = m.n_experts_active, E = m.n_experts, dim = m.dim;
+  const int64_t hidden = m.experts[0].gate.rows, pairs = T * K, tiles_max = max_tiles(pairs, E);
+  Scratch sc(*pool_);
+  float* logits = sc.get<float>(size_t(T * E));
+  cuda::matmul(dw(m.router), x.data, T, logits, stream_);
+  RouteDev r;
+  r.kind = int32_t(m.route.kind), r.n_experts = int32_t(E), r.k = int32_t(K), r.renorm = m.route.renorm;
+  if (m.route.kind == RouteKind::SigmoidGrouped) {
+    r.renorm = m.route.grouped.renorm, r.scaling = m.route.grouped.scaling;
+    r.n_group = int32_t(m.route.grouped.n_group), r.topk_group = int32_t(m.route.grouped.topk_group);
+    r.bias = dvec(m.route.bias);
+  }
+  int32_t* ids = sc.get<int32_t>(size_t(pairs));
+  float* weights = sc.get<float>(size_t(pairs));
+  int32_t* order = sc.get<int32_t>(size_t(pairs));
+  route(r, logits, T, ids, weights, order, stream_);
+  int32_t* sorted = sc.get<int32_t>(size_t(pairs));
+  int32_t* tiles = sc.get<int32_t>(size_t(tiles_max * kTileFields));
+  int32_t* n_tiles = sc.get<int32_t>(1);
+  group_pairs(ids, pairs, int32_t(E), sorted, tiles, n_tiles, stream_);
+  float* h = sc.get<float>(size_t(pairs * hidden));
+  float* y = sc.get<float>(size_t(pairs * dim));
+  if (!m.source) {
+    const ExpertTable& t = expert_table(m);
+    experts_gate_up(t.table, t.fmt_gate_up, hidden, dim, x.data, int32_t(K), sorted, tiles, n_tiles, tiles_max, h,
+                    stream_);
+    experts_down(t.table, t.fmt_down, hidden, dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+  } else {
+    moe_streamed(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
+  }
+  combine(y, weights, order, T, int32_t(K), dim, out.data, stream_);
+  if (m.shared.empty()) return;
+  float* gate = nullptr;
+  if (m.has_shared_gate) {
+    gate = sc.get<float>(size_t(T));
+    cuda::matmul(dw(m.shared_gate), x.data, T, gate, stream_);
+  }
+  float* ye = sc.get<float>(size_t(T * dim));
+  for (const SwiGlu& s : m.shared) {
+    swiglu_rows(s, x.data, T, ye);
+    add_scaled_rows(out.data, ye, gate, m.has_shared_gate, T, dim, stream_);
+  }
+}
+
+}  // namespace moeflux

@@ -1,0 +1,277 @@
+// The routed experts on the device: routing (a warp per token), grouping of (token, slot)
+// pairs by expert into tiles, gate/up + SiLU and down over each tile (a warp per weight row,
+// each row read once per tile), and the weighted combine in ascending expert id.
+#include <climits>
+#include <cmath>
+
+#include "backend/cuda/check.cuh"
+#include "backend/cuda/dot_rows.cuh"
+
+namespace moeflux::cuda {
+
+namespace {
+
+constexpr int kRowsPerBlock = 8, kMaxExperts = 1024, kMaxK = 32;
+
+struct Cand {
+  float v;
+  int i;  // INT_MAX: none
+};
+
+// a before b: larger value, ties to the lower index; none last.
+__device__ __forceinline__ bool before(Cand a, Cand b) {
+  if (a.i == INT_MAX) return false;
+  if (b.i == INT_MAX) return true;
+  return a.v > b.v || (a.v == b.v && a.i < b.i);
+}
+
+__device__ Cand warp_best(Cand c) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const Cand d{__shfl_xor_sync(0xffffffffu, c.v, o), __shfl_xor_sync(0xffffffffu, c.i, o)};
+    if (before(d, c)) c = d;
+  }
+  return c;
+}
+
+// The k best of x (n, in shared memory) into ids, in order; taken (n) is cleared first.
+__device__ void warp_topk(const float* x, int n, int k, bool* taken, int* ids) {
+  const int lane = threadIdx.x & 31;
+  for (int e = lane; e < n; e += 32) taken[e] = false;
+  __syncwarp();
+  for (int j = 0; j < k; ++j) {
+    Cand c{0.0f, INT_MAX};
+    for (int e = lane; e < n; e += 32)
+      if (!taken[e] && before(Cand{x[e], e}, c)) c = Cand{x[e], e};
+    c = warp_best(c);
+    if (lane == 0) ids[j] = c.i, taken[c.i] = true;
+    __syncwarp();
+  }
+}
+
+__device__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, float* w_out, int32_t* order_out) {
+  __shared__ float p[kMaxExperts], choice[kMaxExperts];
+  __shared__ bool taken[kMaxExperts];
+  __shared__ int ids[kMaxK];
+  __shared__ float gscore[64];
+  __shared__ int kept[64];
+  const int lane = threadIdx.x, n = r.n_experts, K = r.k;
+  const int64_t t = blockIdx.x;
+  const float* lg = logits + t * n;
+  float* w = w_out + t * K;
+  if (r.kind == 0) {  // SoftmaxTopK
+    float m = -INFINITY;
+    for (int e = lane; e < n; e += 32) m = fmaxf(m, p[e] = lg[e]);
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int e = lane; e < n; e += 32) s += (p[e] = expf(p[e] - m));
+    s = warp_sum(s);
+    for (int e = lane; e < n; e += 32) p[e] /= s;
+    __syncwarp();
+    warp_topk(p, n, K, taken, ids);
+    if (lane == 0) {
+      float sum = 0.0f;
+      for (int j = 0; j < K; ++j) sum += (w[j] = p[ids[j]]);
+      if (r.renorm)
+        for (int j = 0; j < K; ++j) w[j] /= sum;
+    }
+  } else if (r.kind == 1) {  // TopKSoftmax
+    for (int e = lane; e < n; e += 32) p[e] = lg[e];
+    __syncwarp();
+    warp_topk(p, n, K, taken, ids);
+    if (lane == 0) {
+      float m = p[ids[0]];
+      for (int j = 1; j < K; ++j) m = fmaxf(m, p[ids[j]]);
+      float s = 0.0f;
+      for (int j = 0; j < K; ++j) s += (w[j] = expf(p[ids[j]] - m));
+      for (int j = 0; j < K; ++j) w[j] /= s;
+    }
+  } else {  // SigmoidGrouped
+    for (int e = lane; e < n; e += 32) {
+      p[e] = 1.0f / (1.0f + expf(-lg[e]));
+      choice[e] = p[e] + (r.bias ? r.bias[e] : 0.0f);
+    }
+    __syncwarp();
+    const int per = n / r.n_group;
+    for (int g = lane; g < r.n_group; g += 32) {  // the group's two best choice scores
+      int b0 = -1, b1 = -1;
+      for (int i = 0; i < per; ++i) {
+        const Cand c{choice[g * per + i], i};
+        if (b0 < 0 || before(c, Cand{choice[g * per + b0], b0})) b1 = b0, b0 = i;
+        else if (b1 < 0 || before(c, Cand{choice[g * per + b1], b1})) b1 = i;
+      }
+      gscore[g] = choice[g * per + b0] + choice[g * per + b1];
+    }
+    __syncwarp();
+    if (lane == 0) {
+      for (int g = 0; g < r.n_group; ++g) kept[g] = 0;
+      for (int j = 0; j < r.topk_group; ++j) {
+        int best = -1;
+        for (int g = 0; g < r.n_group; ++g)
+          if (!kept[g] && (best < 0 || before(Cand{gscore[g], g}, Cand{gscore[best], best}))) best = g;
+        kept[best] = 1;
+      }
+    }
+    __syncwarp();
+    for (int e = lane; e < n; e += 32)  // dropped groups compete with 0, as transformers' masked_fill
+      if (!kept[e / per]) choice[e] = 0.0f;
+    __syncwarp();
+    warp_topk(choice, n, K, taken, ids);
+    if (lane == 0) {
+      float sum = 0.0f;
+      for (int j = 0; j < K; ++j) sum += (w[j] = p[ids[j]]);
+      const float denom = r.renorm ? sum + 1e-20f : 1.0f;
+      for (int j = 0; j < K; ++j) w[j] = w[j] / denom * r.scaling;
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    int32_t* o = order_out + t * K;
+    for (int j = 0; j < K; ++j) {  // insertion sort of the slots by (id, slot)
+      int at = j;
+      while (at > 0 && ids[o[at - 1]] > ids[j]) o[at] = o[at - 1], --at;
+      o[at] = j;
+    }
+    for (int j = 0; j < K; ++j) ids_out[t * K + j] = ids[j];
+  }
+}
+
+__global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t* sorted, int32_t* tiles,
+                             int32_t* n_tiles) {
+  __shared__ int cnt[kMaxExperts], fill[kMaxExperts];
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&cnt[ids[p]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int off = 0, nt = 0;
+    for (int e = 0; e < n_experts; ++e) {
+      fill[e] = off;
+      for (int j = 0; j < cnt[e]; j += kTile) {
+        tiles[nt * kTileFields] = e, tiles[nt * kTileFields + 1] = off + j;
+        tiles[nt * kTileFields + 2] = min(kTile, cnt[e] - j);
+        ++nt;
+      }
+      off += cnt[e];
+    }
+    *n_tiles = nt;
+  }
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) sorted[atomicAdd(&fill[ids[p]], 1)] = int32_t(p);
+}
+
+template <int F>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    gate_up_kernel(const DW* table, int64_t hidden, int64_t dim, const float* x, int32_t k, const int32_t* sorted,
+                   const int32_t* tiles, const int32_t* n_tiles, float* h) {
+  const int tile = blockIdx.y;
+  if (tile >= *n_tiles) return;
+  const int e = tiles[tile * kTileFields], first = tiles[tile * kTileFields + 1], n = tiles[tile * kTileFields + 2];
+  const DW g = table[3 * e], u = table[3 * e + 1];
+  if (!g.data) return;
+  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (r >= hidden) return;
+  const float* xs[kTile];
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) xs[t] = x + int64_t(sorted[first + min(t, n - 1)] / k) * dim;
+  float ag[kTile] = {}, au[kTile] = {};
+  dot_rows<F>(g, r, xs, n, ag);
+  dot_rows<F>(u, r, xs, n, au);
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) {
+    if (t >= n) break;
+    const float a = warp_sum(ag[t]), b = warp_sum(au[t]);
+    if ((threadIdx.x & 31) == 0) h[int64_t(sorted[first + t]) * hidden + r] = a / (1.0f + expf(-a)) * b;
+  }
+}
+
+template <int F>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    down_kernel(const DW* table, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
+                const int32_t* tiles, const int32_t* n_tiles, float* y) {
+  const int tile = blockIdx.y;
+  if (tile >= *n_tiles) return;
+  const int e = tiles[tile * kTileFields], first = tiles[tile * kTileFields + 1], n = tiles[tile * kTileFields + 2];
+  const DW d = table[3 * e + 2];
+  if (!d.data) return;
+  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (r >= dim) return;
+  const float* xs[kTile];
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) xs[t] = h + int64_t(sorted[first + min(t, n - 1)]) * hidden;
+  float acc[kTile] = {};
+  dot_rows<F>(d, r, xs, n, acc);
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) {
+    if (t >= n) break;
+    const float a = warp_sum(acc[t]);
+    if ((threadIdx.x & 31) == 0) y[int64_t(sorted[first + t]) * dim + r] = a;
+  }
+}
+
+__global__ void combine_kernel(const float* y, const float* weights, const int32_t* order, int32_t k, int64_t dim,
+                               float* out) {
+  const int64_t t = blockIdx.y;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < dim; i += int64_t(gridDim.x) * blockDim.x) {
+    float o = 0.0f;
+    for (int n = 0; n < k; ++n) {
+      const int j = order[t * k + n];
+      o = __fadd_rn(o, __fmul_rn(weights[t * k + j], y[(t * k + j) * dim + i]));
+    }
+    out[t * dim + i] = o;
+  }
+}
+
+}  // namespace
+
+void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
+           cudaStream_t s) {
+  MF_ASSERT(r.n_experts <= kMaxExperts && r.k <= kMaxK && r.n_group <= 64);
+  if (T == 0) return;
+  route_kernel<<<unsigned(T), 32, 0, s>>>(r, logits, ids, weights, order);
+  MF_CUDA_LAUNCHED("route");
+}
+
+int64_t max_tiles(int64_t pairs, int64_t n_experts) { return pairs / kTile + std::min(pairs, n_experts) + 1; }
+
+void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t* sorted, int32_t* tiles,
+                 int32_t* n_tiles, cudaStream_t s) {
+  MF_ASSERT(n_experts <= kMaxExperts);
+  group_kernel<<<1, 256, 0, s>>>(ids, pairs, n_experts, sorted, tiles, n_tiles);
+  MF_CUDA_LAUNCHED("group_pairs");
+}
+
+void experts_gate_up(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* x, int32_t k,
+                     const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h,
+                     cudaStream_t s) {
+  const dim3 grid(unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(tiles_max));
+  with_fmt(fmt, [&](auto f) {
+    gate_up_kernel<decltype(f)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(table, hidden, dim, x, k, sorted, tiles,
+                                                                           n_tiles, h);
+  });
+  MF_CUDA_LAUNCHED("experts_gate_up");
+}
+
+void experts_down(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
+                  const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* y, cudaStream_t s) {
+  const dim3 grid(unsigned((dim + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(tiles_max));
+  with_fmt(fmt, [&](auto f) {
+    down_kernel<decltype(f)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(table, hidden, dim, h, sorted, tiles, n_tiles, y);
+  });
+  MF_CUDA_LAUNCHED("experts_down");
+}
+
+void combine(const float* y, const float* weights, const int32_t* order, int64_t T, int32_t k, int64_t dim, float* out,
+             cudaStream_t s) {
+  if (T == 0) return;
+  combine_kernel<<<dim3(unsigned((dim + 255) / 256), unsigned(T)), 256, 0, s>>>(y, weights, order, k, dim, out);
+  MF_CUDA_LAUNCHED("combine");
+}
+
+}  // namespace moeflux::cuda
