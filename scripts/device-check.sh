@@ -11,7 +11,10 @@
 #   cuda-test   the CUDA tests: the backend op table and the fixture suite through cuda
 #               (logs under $OUT/cuda-*.log)
 #   cuda-bench  bench --backend cuda on synth packs: qwen3-30b-a3b (CUDA_LAYERS of 48, default
-#               all) -p 512 -n 128, and mixtral-8x7b (4 layers) -p 512 -n 128
+#               all) -p 512 -n 128, and mixtral-8x7b (4 layers) -p 512 -n 128; CUDA_PROFILE=1
+#               adds the per-stage profile of qwen3-30b-a3b
+#   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
+#               qwen3-30b-a3b; --clock-control none), summed by kernel name
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,17 +49,47 @@ case " $steps " in *" table "*|*" seqs "*|*" ab "*) p=$(synth qwen3-30b-a3b "$CP
 for s in $steps; do
   case $s in
     cuda-test)
-      timeout 400 cmake --build "$W/build" -j"$(nproc)" --target test_backend_ops test_models >"$OUT/build-tests.log" 2>&1 ||
+      timeout 400 cmake --build "$W/build" -j"$(nproc)" --target test_backend_ops test_models test_engine >"$OUT/build-tests.log" 2>&1 ||
         { tail -30 "$OUT/build-tests.log"; continue; }
       timeout 300 "$W/build/tests/test_backend_ops" >"$OUT/cuda-ops.log" 2>&1
       echo "op table: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-ops.log" | tr '\n' ' ')"
       grep -E "^\[  FAILED|Failure|rel_l2|Which is" "$OUT/cuda-ops.log" | head -30
       timeout 300 "$W/build/tests/test_models" --gtest_filter='*BackendFixture*cuda*' >"$OUT/cuda-fixtures.log" 2>&1
       echo "fixtures: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-fixtures.log" | tr '\n' ' ')"
-      grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-fixtures.log" | head -30 ;;
+      grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-fixtures.log" | head -30
+      timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*' >"$OUT/cuda-engine.log" 2>&1
+      echo "engine: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine.log" | tr '\n' ' ')"
+      grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-engine.log" | head -30 ;;
+    cuda-ncu)
+      q=$(synth qwen3-30b-a3b 8)
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum -c 400 --csv --page raw \
+        $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 3 -r 1 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+      python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+hdr = rows[0]; name = hdr.index("Kernel Name"); dur = hdr.index("gpu__time_duration.sum")
+print("unit:", rows[1][dur], "(totals below divided by 1e3)")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows[2:]:
+    try: d = float(r[dur])
+    except ValueError: continue
+    k = r[name].split("(")[0].split("<")[0][-40:]; tot[k] += d; cnt[k] += 1
+for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
+    print(f"{k:42s} n={cnt[k]:4d} total={v/1e3:9.1f} us  mean={v/cnt[k]/1e3:8.2f} us")
+PY
+      [ -n "${NCU_KERNELS:-}" ] && for kname in $NCU_KERNELS; do
+        timeout 200 "$NCU" --clock-control none -k "regex:$kname" -s 20 -c 1 --section SpeedOfLight \
+          --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+          $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 3 -r 1 2>&1 | tee "$OUT/ncu-$kname.txt" |
+          grep -E "^  [A-Z]|Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued|Eligible|Hit Rate|Block Size|Grid Size" | head -60
+      done
+      ;;
     cuda-bench)
       q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
       timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 3 ${CUDA_BENCH:-} 2>&1 | tee "$OUT/cuda-bench-q30.log" | rows
+      [ -n "${CUDA_PROFILE:-}" ] && timeout 200 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 32 -r 1 --profile 2>&1 |
+        tee "$OUT/cuda-profile-q30.log" | grep -A14 "device time per stage" 
       x=$(synth mixtral-8x7b 4)
       timeout 200 $W/build/src/moeflux bench --backend cuda -m "$x" -p 512 -n 128 -r 3 ${CUDA_BENCH:-} 2>&1 | tee "$OUT/cuda-bench-mixtral.log" | rows ;;
     table)

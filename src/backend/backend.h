@@ -29,6 +29,20 @@ struct SeqRows {
   LayerState* state = nullptr;
 };
 
+// One sequence of an Engine step: its layer states (one per layer) and its rows.
+struct StepSeq {
+  std::span<const std::unique_ptr<LayerState>> states;
+  int64_t row0 = 0, rows = 0, pos0 = 0;
+};
+
+// What an Engine step will run: the token ids of all rows, the sequences, and whether the
+// host reads activations in the middle of the step (hidden states).
+struct StepInfo {
+  std::span<const int32_t> ids;
+  std::span<const StepSeq> seqs;
+  bool host_reads = false;
+};
+
 // The ops, for capability queries and the op table tests.
 enum class Op : uint8_t {
   Embed, RmsNorm, Add, Rope, Matmul, GqaAttention, MlaAttention, GatedDeltaNet, SwiGlu, Moe, Logits,
@@ -61,6 +75,16 @@ class Backend {
   virtual bool ab_switch(const std::string& name) const;
   virtual void set_ab_switch(const std::string& name, bool on);
 
+  // Per-stage device time of the ops (bench --profile): while on, each op's work is timed by
+  // stage ("attention", "router", "experts", ...) and kernel launches are counted; steps run
+  // unrecorded. stage_times() returns the totals since the last call and resets them.
+  struct StageTimes {
+    std::vector<std::pair<std::string, double>> seconds;  // by stage, in first-seen order
+    int64_t launches = 0;
+  };
+  virtual void set_stage_profiling(bool on) {}
+  virtual StageTimes stage_times() { return {}; }
+
   // --- Lifecycle ---
   // Whether prepare_weight rewrites weight bytes in place when it may (a loader then gives it
   // a private writable copy where it can: a resident pack).
@@ -82,6 +106,12 @@ class Backend {
   virtual void to_host(Act x, float* out) const;
   // Copies x.size() floats from host memory into x.
   virtual void from_host(const float* in, Act x) const;
+
+  // The Engine brackets each step (embed .. logits) with these, so that a backend can prepare
+  // the step's state (cache room) and record a step's ops to replay them in later steps of the
+  // same shape (CUDA graphs). end_step(false): the step threw. Default: nothing.
+  virtual void begin_step(const StepInfo& step) {}
+  virtual void end_step(bool ok) {}
 
   // --- Ops (rows of an Act are tokens) ---
   // out (T, dim) = rows ids of the embedding table.

@@ -50,6 +50,7 @@ struct Row {
   double seconds = 0;              // measured runs, warm-up excluded
   std::vector<double> ratios;      // --alternate, the flipped row: its t/s over the default's, run by run
   PoolProfile pool;                // --profile: the thread pool over the measured runs
+  Backend::StageTimes stages;      // --profile: the backend's device time per stage
   bool streamed = false;           // expert cache statistics of the measured runs:
   ExpertCacheStats cache;
 };
@@ -91,7 +92,9 @@ Runner register_bench(CLI::App& app) {
   add_compute_options(sub, a->compute);
   sub->add_flag("--json", a->json, "Print the results as JSON");
   sub->add_flag("--profile", a->profile,
-                "Also report the thread pool's parallel regions per token, how busy the threads were in them and how the caller waited for their last chunks");
+                "Also report the thread pool's parallel regions per token, how busy the threads were in them and how the "
+                "caller waited for their last chunks; on the cuda backend the device time per stage and the kernel "
+                "launches per token");
   sub->add_flag("--phases", a->phases, "Also print the wall time of each phase of the forward pass to stderr at exit");
   sub->add_option("--alternate", a->alternate,
                   "Measure each test also with this tuning switch flipped, the two runs of each repetition in "
@@ -187,11 +190,23 @@ Runner register_bench(CLI::App& app) {
             const int v = per_step ? (k % 2) ^ (k / 2 % 2) : r % 2 != 0 ? runs - 1 - i : i;
             if (alt) be.set_ab_switch(a->alternate, v == 0 ? alt_default : !alt_default);
             const bool prof = r >= 0 && a->profile;
-            if (prof) ThreadPool::reset_profile(), ThreadPool::set_profiling(true);
+            if (prof) ThreadPool::reset_profile(), ThreadPool::set_profiling(true), be.set_stage_profiling(true);
             const auto t0 = Clock::now();
             step(k);
             const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-            if (prof) vrows[size_t(v)].pool += ThreadPool::profile(), ThreadPool::set_profiling(false);
+            if (prof) {
+              Row& pr = vrows[size_t(v)];
+              pr.pool += ThreadPool::profile(), ThreadPool::set_profiling(false);
+              const Backend::StageTimes st = be.stage_times();
+              be.set_stage_profiling(false);
+              for (const auto& [name, sec] : st.seconds) {
+                auto it = std::find_if(pr.stages.seconds.begin(), pr.stages.seconds.end(),
+                                       [&](const auto& p) { return p.first == name; });
+                if (it == pr.stages.seconds.end()) pr.stages.seconds.emplace_back(name, sec);
+                else it->second += sec;
+              }
+              pr.stages.launches += st.launches;
+            }
             sec[v] += dt, done[v] += step_tokens, pair[v] = dt;
             if (per_step && k % 2 == 1 && r >= 0) vrows[1].ratios.push_back(pair[0] / pair[1]);  // flipped's speed / default's
           }
@@ -330,6 +345,19 @@ Runner register_bench(CLI::App& app) {
                     p.region_s > 0 ? 100.0 * p.busy_s / (p.region_s * running) : 0.0, 1e6 * p.tail_s / regions,
                     100.0 * double(p.slept) / regions, double(p.worker_sleeps) / tokens,
                     100.0 * double(p.stalls) / regions, 100.0 * double(p.inline_regions) / regions);
+      }
+    }
+    if (a->profile && std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.stages.seconds.empty(); })) {
+      std::printf("\ndevice time per stage (ops timed one by one, steps not recorded as graphs):\n\n");
+      std::printf("| test | stage | us / token | %% of device time |\n|---|---|---|---|\n");
+      for (const auto& r : rows) {
+        const double tokens = r.mean * r.seconds;
+        double total = 0;
+        for (const auto& st : r.stages.seconds) total += st.second;
+        for (const auto& [name, sec] : r.stages.seconds)
+          std::printf("| %s | %s | %.1f | %.1f |\n", r.test.c_str(), name.c_str(), 1e6 * sec / tokens, 100 * sec / total);
+        std::printf("| %s | all (%.1f kernel launches / token) | %.1f | 100 |\n", r.test.c_str(),
+                    double(r.stages.launches) / tokens, 1e6 * total / tokens);
       }
     }
     std::printf("\nceilings measured now on %d threads (best of before and after the tests): read %.1f GB/s, FMA %.1f GFLOP/s (%s)\n", threads, bw, fma,

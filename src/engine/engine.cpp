@@ -110,6 +110,18 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
     ids.insert(ids.end(), items[i].ids.begin(), items[i].ids.end());
   }
   const int64_t R = at.back();
+  std::vector<StepSeq> step_seqs(items.size());
+  bool host_reads = false;
+  for (size_t i = 0; i < items.size(); ++i) {
+    step_seqs[i] = StepSeq{items[i].seq->states_, at[i], at[i + 1] - at[i], items[i].seq->pos()};
+    host_reads = host_reads || items[i].opt.hidden;
+  }
+  be.begin_step(StepInfo{ids, step_seqs, host_reads});
+  struct EndStep {  // end_step(false) when the step throws
+    Backend& be;
+    bool ok = false;
+    ~EndStep() { be.end_step(ok); }
+  } end_step{be};
   auto xb = be.alloc(size_t(R * dim)), hb = be.alloc(size_t(R * dim)), yb = be.alloc(size_t(R * dim));
   const Act x = xb->view(R, dim), h = hb->view(R, dim), y = yb->view(R, dim);
   be.embed(m_.embed, ids, x);
@@ -126,10 +138,13 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
   keep_hidden(0);
   const float eps = float(c.norm_eps);
   std::vector<SeqRows> seqs(items.size());
+  // Each layer's FFN output y joins the residual x in the next norm (one pass instead of two),
+  // or at once when the hidden states are kept.
+  bool pending = false;
   for (int64_t l = 0; l < L; ++l) {
     const Layer& layer = m_.layers[size_t(l)];
     PhaseTimer pt("layer.norms");
-    be.add_rms_norm(x, nullptr, layer.attn_norm.data(), eps, h);
+    be.add_rms_norm(x, pending ? &y : nullptr, layer.attn_norm.data(), eps, h);
     pt.next("layer.mixer");
     for (size_t i = 0; i < items.size(); ++i)
       seqs[i] = SeqRows{at[i], at[i + 1] - at[i], items[i].seq->pos(), items[i].seq->states_[size_t(l)].get()};
@@ -139,10 +154,11 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
     pt.next("layer.ffn");
     layer.ffn->forward(be, h, y);
     pt.next("layer.residual");
-    be.add(x, y);
+    pending = !host_reads;
+    if (!pending) be.add(x, y);
     if (l + 1 < L) keep_hidden(l + 1);
   }
-  be.add_rms_norm(x, nullptr, m_.final_norm.data(), eps, x);
+  be.add_rms_norm(x, pending ? &y : nullptr, m_.final_norm.data(), eps, x);
   keep_hidden(L);
   // Logits of the rows asked for, one head pass per run of adjacent rows (a decode step of many
   // sequences: one pass, each row of the head read once for all of them).
@@ -166,6 +182,7 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
       out[i].assign(rows.begin() + (first[i] - first[i0]) * V, rows.begin() + (at[i + 1] - first[i0]) * V);
   }
   for (const StepItem& it : items) it.seq->tokens_.insert(it.seq->tokens_.end(), it.ids.begin(), it.ids.end());
+  end_step.ok = true;
   return out;
 }
 

@@ -4,7 +4,7 @@
 // through its own Session (within 1e-5 relative L2 per sequence and 1e-4 per row; B = 1, and
 // any B at the CPU's scalar level: the same bits), the same hidden states and the same greedy
 // tokens, on every fixture architecture, the demo model and the demo model streaming its
-// experts through a small cache, on the cpu and the ref backends. Sequence::save / restore: a
+// experts through a small cache, on the cpu, ref and cuda backends (cuda where a GPU is usable). Sequence::save / restore: a
 // restored sequence (fresh, or rewound) continues exactly as the original; a snapshot of
 // another shape is refused. Engine::step's errors leave every state unchanged.
 #include <gtest/gtest.h>
@@ -208,7 +208,12 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " on " << c.ba
 
 class EngineBatch : public ::testing::TestWithParam<Case> {};
 
+// cuda runs where a GPU is usable, else its cases skip.
+#define SKIP_UNUSABLE_BACKEND()                                                  \
+  if (std::string why; !backend_usable(GetParam().backend, &why)) GTEST_SKIP() << why
+
 TEST_P(EngineBatch, EachSequenceGetsWhatItGetsAlone) {
+  SKIP_UNUSABLE_BACKEND();
   const std::string& name = GetParam().model;
   auto m = load(name, GetParam().backend);
   const std::vector<Plan> all = plans(base_ids(name, *m));
@@ -289,6 +294,7 @@ TEST_P(EngineBatchScalar, SameBitsAsAlone) {
 // continues with the original's logits (the same bits); the original rewound to the snapshot
 // does so again. Snapshots of another shape are refused, and leave the sequence as it was.
 TEST_P(EngineBatch, SaveAndRestore) {
+  SKIP_UNUSABLE_BACKEND();
   auto m = load(GetParam().model, GetParam().backend);
   const auto ids = base_ids(GetParam().model, *m);
   Engine engine(*m);
@@ -353,6 +359,7 @@ TEST_P(EngineBatch, SaveAndRestore) {
 // Refused steps (no items, no tokens, a sequence twice, ids outside the vocabulary, a context
 // past max_position_embeddings) change no sequence: both continue as ones that never saw them.
 TEST_P(EngineBatch, StepErrorsLeaveStatesUnchanged) {
+  SKIP_UNUSABLE_BACKEND();
   auto m = load(GetParam().model, GetParam().backend);
   const auto ids = base_ids(GetParam().model, *m);
   Engine engine(*m);
@@ -426,6 +433,10 @@ INSTANTIATE_TEST_SUITE_P(Demo, EngineBatch, ::testing::ValuesIn(on("cpu", kDemos
 INSTANTIATE_TEST_SUITE_P(RefFixtures, EngineBatch, ::testing::ValuesIn(on("ref", kFixtures)), case_name);
 INSTANTIATE_TEST_SUITE_P(RefVariants, EngineBatch, ::testing::ValuesIn(on("ref", kVariants)), case_name);
 INSTANTIATE_TEST_SUITE_P(RefDemo, EngineBatch, ::testing::ValuesIn(on("ref", kDemos)), case_name);
+// cuda: decode steps replayed as CUDA graphs after their first two runs.
+INSTANTIATE_TEST_SUITE_P(CudaFixtures, EngineBatch, ::testing::ValuesIn(on("cuda", kFixtures)), case_name);
+INSTANTIATE_TEST_SUITE_P(CudaVariants, EngineBatch, ::testing::ValuesIn(on("cuda", kVariants)), case_name);
+INSTANTIATE_TEST_SUITE_P(CudaDemo, EngineBatch, ::testing::ValuesIn(on("cuda", kDemos)), case_name);
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatchScalar, ::testing::ValuesIn(kFixtures), model_name);
 INSTANTIATE_TEST_SUITE_P(Variants, EngineBatchScalar, ::testing::ValuesIn(kVariants), model_name);
 INSTANTIATE_TEST_SUITE_P(Demo, EngineBatchScalar, ::testing::ValuesIn(kDemos), model_name);

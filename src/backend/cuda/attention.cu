@@ -12,11 +12,11 @@ namespace {
 
 constexpr int kMaxHeadDim = 256, kPrepThreads = 64, kAttWarps = 4;
 
-__global__ void gqa_prep_kernel(GqaDev a, const float* qg, const float* kn, const float* vn, int64_t pos0, int64_t len0,
+__global__ void gqa_prep_kernel(GqaDev a, const float* qg, const float* kn, const float* vn, const int32_t* pos_at,
                                 float* q, float* gate, float* k, float* v) {
   __shared__ float vec[kMaxHeadDim];
   __shared__ float red[kPrepThreads / 32];
-  const int64_t t = blockIdx.x;
+  const int64_t t = blockIdx.x, len0 = *pos_at;
   const int hd = a.head_dim, nq = a.n_heads, nkv = a.n_kv_heads;
   const bool is_q = int(blockIdx.y) < nq;
   const int h = is_q ? int(blockIdx.y) : int(blockIdx.y) - nq;
@@ -43,7 +43,7 @@ __global__ void gqa_prep_kernel(GqaDev a, const float* qg, const float* kn, cons
   }
   __syncthreads();
   const int half = a.rope.rot_dim / 2;
-  const float pos = float(pos0 + t);
+  const float pos = float(len0 + t);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float ang = pos * a.rope.inv_freq[i];
     const float c = cosf(ang) * a.rope.attn_factor, s = sinf(ang) * a.rope.attn_factor;
@@ -56,11 +56,11 @@ __global__ void gqa_prep_kernel(GqaDev a, const float* qg, const float* kn, cons
 }
 
 __global__ void __launch_bounds__(kAttWarps * 32)
-    gqa_attend_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v, int64_t len0,
-                      float* att) {
+    gqa_attend_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v,
+                      const int32_t* pos_at, float* att) {
   __shared__ float sm[kAttWarps], sl[kAttWarps], sacc[kAttWarps][kMaxHeadDim];
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x & 31, hd = a.head_dim;
-  const int64_t t = blockIdx.y, idx = len0 + t;
+  const int64_t t = blockIdx.y, idx = *pos_at + t;
   const int kvh = h / (a.n_heads / a.n_kv_heads);
   const int64_t first = a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : 0;
   const float scale = 1.0f / sqrtf(float(hd));
@@ -116,22 +116,122 @@ __global__ void __launch_bounds__(kAttWarps * 32)
   }
 }
 
+// The same in three passes over a context of at most kScoresMax positions (decode): the scores
+// of all positions (each warp over interleaved positions, several keys in flight), their softmax
+// in shared memory, then the weighted sum of the values (each warp over interleaved positions,
+// lanes over float4 slices of the head). head_dim a multiple of 4.
+constexpr int kScoreWarps = 8, kScoresMax = 8192, kUnroll = 4;
+
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
+__global__ void __launch_bounds__(kScoreWarps * 32)
+    gqa_attend_smem_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v,
+                           const int32_t* pos_at, float* att) {
+  __shared__ float sc[kScoresMax];
+  __shared__ float part[kScoreWarps][kMaxHeadDim];
+  __shared__ float red[kScoreWarps];
+  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x & 31, hd = a.head_dim;
+  const int64_t t = blockIdx.y, idx = *pos_at + t;
+  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const int64_t first = a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : 0;
+  const int n = int(idx + 1 - first);
+  const float scale = 1.0f / sqrtf(float(hd));
+  const int64_t stride = int64_t(a.n_kv_heads) * hd;
+  const float* qh = q + (t * a.n_heads + h) * hd;
+  const int d0 = 4 * lane, d1 = 128 + 4 * lane;  // this lane's two float4 slices
+  const bool has0 = d0 < hd, has1 = d1 < hd;
+  const float4 z = make_float4(0, 0, 0, 0);
+  const float4 q0 = has0 ? ld4(qh + d0) : z, q1 = has1 ? ld4(qh + d1) : z;
+  const float* kb = k + first * stride + kvh * hd;
+  for (int i0 = warp; i0 < n; i0 += kScoreWarps * kUnroll) {
+    float s[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * kScoreWarps;
+      s[u] = 0.0f;
+      if (i < n) {
+        const float* kp = kb + int64_t(i) * stride;
+        s[u] = (has0 ? dot4(q0, ld4(kp + d0)) : 0.0f) + (has1 ? dot4(q1, ld4(kp + d1)) : 0.0f);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const float r = warp_sum(s[u]);
+      const int i = i0 + u * kScoreWarps;
+      if (lane == 0 && i < n) sc[i] = r * scale;
+    }
+  }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, sc[i]);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = red[0];
+  for (int w = 1; w < kScoreWarps; ++w) m = fmaxf(m, red[w]);
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += (sc[i] = expf(sc[i] - m));
+  sum = warp_sum(sum);
+  __syncthreads();  // every thread has read red[] for the max
+  if (lane == 0) red[warp] = sum;
+  __syncthreads();
+  sum = 0.0f;
+  for (int w = 0; w < kScoreWarps; ++w) sum += red[w];
+  float4 a0 = z, a1 = z;
+  const float* vb = v + first * stride + kvh * hd;
+  for (int i0 = warp; i0 < n; i0 += kScoreWarps * kUnroll) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * kScoreWarps;
+      if (i >= n) break;
+      const float e = sc[i];
+      const float* vp = vb + int64_t(i) * stride;
+      if (has0) {
+        const float4 x = ld4(vp + d0);
+        a0.x += e * x.x, a0.y += e * x.y, a0.z += e * x.z, a0.w += e * x.w;
+      }
+      if (has1) {
+        const float4 x = ld4(vp + d1);
+        a1.x += e * x.x, a1.y += e * x.y, a1.z += e * x.z, a1.w += e * x.w;
+      }
+    }
+  }
+  if (has0) *reinterpret_cast<float4*>(&part[warp][d0]) = a0;
+  if (has1) *reinterpret_cast<float4*>(&part[warp][d1]) = a1;
+  __syncthreads();
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kScoreWarps; ++w) o += part[w][d];
+    o /= sum;
+    if (a.gated) o *= 1.0f / (1.0f + expf(-gate[(t * a.n_heads + h) * hd + d]));
+    att[(t * a.n_heads + h) * hd + d] = o;
+  }
+}
+
 }  // namespace
 
-void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn, int64_t T, int64_t pos0,
-              int64_t len0, float* q, float* gate, float* k, float* v, cudaStream_t s) {
+void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn, int64_t T, const int32_t* pos,
+              float* q, float* gate, float* k, float* v, cudaStream_t s) {
   MF_ASSERT(a.head_dim <= kMaxHeadDim);
   if (T == 0) return;
-  gqa_prep_kernel<<<dim3(unsigned(T), unsigned(a.n_heads + a.n_kv_heads)), kPrepThreads, 0, s>>>(a, qg, kn, vn, pos0,
-                                                                                              len0, q, gate, k, v);
+  gqa_prep_kernel<<<dim3(unsigned(T), unsigned(a.n_heads + a.n_kv_heads)), kPrepThreads, 0, s>>>(a, qg, kn, vn, pos, q,
+                                                                                              gate, k, v);
   MF_CUDA_LAUNCHED("gqa_prep");
 }
 
 void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float* k, const float* v, int64_t T,
-                int64_t len0, float* att, cudaStream_t s) {
+                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s) {
   MF_ASSERT(a.head_dim <= kMaxHeadDim);
   if (T == 0) return;
-  gqa_attend_kernel<<<dim3(unsigned(a.n_heads), unsigned(T)), kAttWarps * 32, 0, s>>>(a, q, gate, k, v, len0, att);
+  if (a.head_dim % 4 == 0 && ctx_max <= kScoresMax) {
+    gqa_attend_smem_kernel<<<dim3(unsigned(a.n_heads), unsigned(T)), kScoreWarps * 32, 0, s>>>(a, q, gate, k, v, pos,
+                                                                                                att);
+    MF_CUDA_LAUNCHED("gqa_attend");
+    return;
+  }
+  gqa_attend_kernel<<<dim3(unsigned(a.n_heads), unsigned(T)), kAttWarps * 32, 0, s>>>(a, q, gate, k, v, pos, att);
   MF_CUDA_LAUNCHED("gqa_attend");
 }
 

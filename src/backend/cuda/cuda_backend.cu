@@ -7,6 +7,7 @@
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
@@ -44,6 +45,9 @@ class DeviceActBuffer final : public ActBuffer {
   std::shared_ptr<DevicePool> pool_;
 };
 
+bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+int8_t log2i(int64_t v) { return int8_t(__builtin_ctzll(uint64_t(v))); }
+
 uint8_t stype_of(DType t) { return t == DType::F32 ? kSF32 : t == DType::F16 ? kSF16 : kSBF16; }
 
 }  // namespace
@@ -61,11 +65,12 @@ int cuda_fmt(const QWeight& w) {
     case WFormat::Dense:
       return w.dtype == DType::F32 ? kF32 : w.dtype == DType::F16 ? kF16 : w.dtype == DType::BF16 ? kBF16 : kNoFmt;
     case WFormat::Affine: {
-      if (w.group_lanes || w.group_size % 8 || w.cols % w.group_size) return kNoFmt;
+      if (w.group_lanes || w.group_size < 8 || !pow2(w.group_size) || w.cols % w.group_size) return kNoFmt;
       const int codes[] = {kNoFmt, kNoFmt, kQ2, kQ3, kQ4, kQ5, kQ6, kNoFmt, kQ8};
       return w.bits >= 0 && w.bits <= 8 ? codes[w.bits] : kNoFmt;
     }
-    case WFormat::Fp8Block: return w.block_cols % 8 || w.cols % 8 ? kNoFmt : kFP8;
+    case WFormat::Fp8Block:
+      return w.block_cols < 8 || !pow2(w.block_cols) || !pow2(w.block_rows) || w.cols % 8 ? kNoFmt : kFP8;
   }
   return kNoFmt;
 }
@@ -80,6 +85,11 @@ CudaBackend::CudaBackend(const CudaOptions& opt) : opt_(opt), pool_(std::make_sh
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (auto& [m, t] : tables_) cudaFree(t.table);
+  for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec), cudaFree(g.logits);
+  for (const Timed& t : timed_) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  cudaFreeHost(staging_);
+  cudaFree(step_in_);
   cudaStreamDestroy(stream_);
 }
 
@@ -107,16 +117,28 @@ DW dw_view(const QWeight& w) {
   d.rows = w.rows, d.cols = w.cols, d.row_bytes = int64_t(w.row_bytes());
   d.stype = stype_of(w.sdtype);
   if (w.format == WFormat::Affine) {
-    d.group = w.group_size, d.scale_cols = int32_t(w.cols / w.group_size);
+    d.group = w.group_size, d.scale_cols = int32_t(w.cols / w.group_size), d.group_shift = log2i(w.group_size);
   } else if (w.format == WFormat::Fp8Block) {
     d.block_rows = w.block_rows, d.block_cols = w.block_cols;
+    d.bc_shift = log2i(w.block_cols), d.br_shift = log2i(w.block_rows);
     d.scale_cols = int32_t((w.cols + w.block_cols - 1) / w.block_cols);
   }
   return d;
 }
 
+bool CudaBackend::ab_switch(const std::string& name) const {
+  if (name != "wide_rows") return Backend::ab_switch(name);
+  return wide_;
+}
+
+void CudaBackend::set_ab_switch(const std::string& name, bool on) {
+  if (name != "wide_rows") return Backend::set_ab_switch(name, on);
+  wide_ = on;
+}
+
 DW CudaBackend::dw(const QWeight& w) const {
   DW d = dw_view(w);
+  d.wide = wide_ && wide_rows(d);
   d.data = static_cast<const uint8_t*>(mirror_.get(w.data, w.data_bytes()));
   if (w.format == WFormat::Affine) {
     d.scales = static_cast<const uint8_t*>(mirror_.get(w.scales, scale_bytes(w)));
@@ -154,35 +176,45 @@ void CudaBackend::from_host(const float* in, Act x) const {
 }
 
 void CudaBackend::embed(const QWeight& table, std::span<const int32_t> ids, Act out) {
+  if (replaying()) return;
   Scratch sc(*pool_);
-  int32_t* d_ids = sc.get<int32_t>(ids.size());
-  MF_CUDA(cudaMemcpyAsync(d_ids, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  const int32_t* d_ids = step_in_;  // a step's ids are staged (begin_step)
+  if (!in_step_) {
+    int32_t* d = sc.get<int32_t>(ids.size());
+    MF_CUDA(cudaMemcpyAsync(d, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    MF_CUDA(cudaStreamSynchronize(stream_));  // ids may be a temporary
+    d_ids = d;
+  }
+  MF_ASSERT(!in_step_ || int64_t(ids.size()) == step_rows_);
+  const Stage st(*this, "embed");
   cuda::embed(dw(table), d_ids, int64_t(ids.size()), out.data, stream_);
 }
 
 void CudaBackend::add_rms_norm(Act x, const Act* y, const float* w, float eps, Act h) {
+  if (replaying()) return;
+  const Stage st(*this, "norms, residual");
   const float* dw_ = w ? static_cast<const float*>(mirror_.get(w, size_t(x.cols) * sizeof(float))) : nullptr;
   cuda::add_rms_norm(x.data, y ? y->data : nullptr, dw_, eps, h.data, x.rows, x.cols, stream_);
 }
 
-void CudaBackend::add(Act x, Act y) { cuda::add(x.data, y.data, int64_t(x.size()), stream_); }
+void CudaBackend::add(Act x, Act y) {
+  if (replaying()) return;
+  const Stage st(*this, "norms, residual");
+  cuda::add(x.data, y.data, int64_t(x.size()), stream_);
+}
 
 void CudaBackend::rope(const RopeTable& t, int64_t head_dim, int64_t pos0, Act x) {
+  if (replaying()) return;
+  const Stage st(*this, "other");
   const RopeDev r{dvec(t.inv_freq), int32_t(t.rot_dim), t.attn_factor};
   cuda::rope(r, head_dim, pos0, x.data, x.rows, x.cols, stream_);
 }
 
 void CudaBackend::matmul(std::span<const QWeight* const> ws, Act x, std::span<const Act> ys) {
   MF_ASSERT(ws.size() == ys.size());
+  if (replaying()) return;
+  const Stage st(*this, "other");
   for (size_t i = 0; i < ws.size(); ++i) cuda::matmul(dw(*ws[i]), x.data, x.rows, ys[i].data, stream_);
-}
-
-void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
-  Scratch sc(*pool_);
-  float* y = sc.get<float>(size_t(x.rows * head.rows));
-  cuda::matmul(dw(head), x.data, x.rows, y, stream_);
-  MF_CUDA(cudaMemcpyAsync(logits, y, size_t(x.rows * head.rows) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  MF_CUDA(cudaStreamSynchronize(stream_));
 }
 
 }  // namespace moeflux

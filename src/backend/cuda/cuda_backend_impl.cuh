@@ -5,8 +5,10 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +40,11 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<std::string, std::string>> facts() const override;
   // read_gbs: a read-only kernel over a buffer far larger than L2.
   Ceilings measure_ceilings() override;
+  // wide_rows: weights read 16 bytes a lane at a time where their layout allows (else 8
+  // values at a time).
+  std::vector<std::string> ab_switches() const override { return {"wide_rows"}; }
+  bool ab_switch(const std::string& name) const override;
+  void set_ab_switch(const std::string& name, bool on) override;
 
   std::unique_ptr<LayerState> make_state(const GqaSpec& a) const override;
   std::unique_ptr<LayerState> make_state(const MlaSpec& a) const override;
@@ -60,6 +67,16 @@ class CudaBackend final : public Backend {
   void moe(const MoeSpec& m, Act x, Act out) override;
   void logits(const QWeight& head, Act x, float* logits) override;
 
+  // Steps of decode tokens only (one row per sequence, no host reads) are recorded as a CUDA
+  // graph the second time a step of their shape runs (the first runs eagerly and shows whether
+  // every op can be recorded) and replayed from the third: one launch a step. The shape: the
+  // rows, and the KV caches' device buffers (a cache that grows gives a new shape). The graph
+  // reads the ids and positions from a pinned staging buffer that begin_step fills.
+  void set_stage_profiling(bool on) override;
+  StageTimes stage_times() override;
+  void begin_step(const StepInfo& step) override;
+  void end_step(bool ok) override;
+
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -67,6 +84,7 @@ class CudaBackend final : public Backend {
     const uint8_t* experts_data = nullptr;  // the spec's experts[0].gate.data when built
     cuda::DW* table = nullptr;              // (n_experts, 3) on the device
     int fmt_gate_up = cuda::kNoFmt, fmt_down = cuda::kNoFmt;
+    bool wide_gate_up = false, wide_down = false;  // rows read 16 bytes at a time
   };
   // w's view with device pointers (mirroring its bytes on first use).
   cuda::DW dw(const QWeight& w) const;
@@ -76,8 +94,54 @@ class CudaBackend final : public Backend {
   void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
                     const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
   void host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run);
+  // Replay: the ops only keep their host-side books; the graph runs in logits().
+  bool replaying() const { return mode_ == Mode::Replay; }
+  // Device positions of the sequences of `seqs` (one int each, in order): the step's staging when
+  // in a step, else uploaded now.
+  const int32_t* positions(std::span<const SeqRows> seqs, cuda::Scratch& sc);
+
+  // Times the work queued in its scope as `stage` while profiling (else does nothing).
+  class Stage {
+   public:
+    Stage(CudaBackend& b, const char* stage);
+    ~Stage();
+
+   private:
+    CudaBackend& b_;
+    cudaEvent_t start_ = nullptr;
+    const char* stage_;
+  };
+  struct Timed {
+    const char* stage;
+    cudaEvent_t start, end;
+  };
+  bool profiling_ = false;
+  std::vector<Timed> timed_;
+  std::vector<cudaEvent_t> events_;  // free
+  std::vector<std::pair<std::string, double>> stage_s_;
+  int64_t launches_at_ = 0;
+  cudaEvent_t event();
+
+  enum class Mode { Eager, Capture, Replay };
+  struct StepGraph {
+    cudaGraphExec_t exec = nullptr;
+    float* logits = nullptr;  // device: the step's logits
+    size_t logits_floats = 0;
+  };
+  Mode mode_ = Mode::Eager;
+  bool in_step_ = false, step_graphable_ = false, step_recordable_ = false;
+  std::vector<uintptr_t> step_key_;
+  std::map<int64_t, int> step_seq_at_row_;  // row0 -> index among the step's sequences
+  int64_t step_rows_ = 0;
+  int32_t* staging_ = nullptr;    // pinned: ids (rows), then positions (sequences)
+  int32_t* step_in_ = nullptr;    // device copy of the staging
+  size_t staging_cap_ = 0;
+  std::map<std::vector<uintptr_t>, StepGraph> graphs_;
+  std::set<std::vector<uintptr_t>> recordable_;
+  StepGraph* replay_ = nullptr;
 
   CudaOptions opt_;
+  bool wide_ = true;  // the wide_rows switch
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<cuda::DevicePool> pool_;

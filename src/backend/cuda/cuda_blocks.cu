@@ -2,10 +2,12 @@
 // one device table per layer; streamed experts copied to the device window by window), and
 // the mixers that still run on the host.
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
@@ -14,6 +16,11 @@ namespace moeflux {
 using namespace cuda;
 
 void CudaBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
+  if (replaying()) {
+    for (const SeqRows& s : seqs) static_cast<KvCacheDev&>(*s.state).grew(s.rows);
+    return;
+  }
+  const Stage st(*this, "attention");
   const int64_t R = x.rows, hd = a.head_dim, qd = a.n_heads * hd, kd = a.n_kv_heads * hd;
   const int64_t qgd = a.gated ? 2 * qd : qd;
   Scratch sc(*pool_);
@@ -31,20 +38,24 @@ void CudaBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows
   g.window = int32_t(a.window), g.gated = a.gated, g.norm_eps = a.norm_eps;
   g.q_norm = dvec(a.q_norm), g.k_norm = dvec(a.k_norm);
   g.rope = RopeDev{dvec(a.rope.inv_freq), int32_t(a.rope.rot_dim), a.rope.attn_factor};
-  for (const SeqRows& s : seqs) {
+  const int32_t* pos = positions(seqs, sc);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqRows& s = seqs[i];
     auto& kv = static_cast<KvCacheDev&>(*s.state);
-    const int64_t len0 = kv.len();
-    kv.reserve(len0 + s.rows);
-    gqa_prep(g, qg + s.row0 * qgd, kn + s.row0 * kd, vn + s.row0 * kd, s.rows, s.pos0, len0, q + s.row0 * qd,
+    if (s.pos0 != kv.len()) fail("cuda backend: a sequence at position ", s.pos0, " has ", kv.len(), " cached positions");
+    kv.reserve(s.pos0 + s.rows);
+    gqa_prep(g, qg + s.row0 * qgd, kn + s.row0 * kd, vn + s.row0 * kd, s.rows, pos + i, q + s.row0 * qd,
              gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), stream_);
-    gqa_attend(g, q + s.row0 * qd, gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), s.rows, len0, att + s.row0 * qd,
-               stream_);
+    gqa_attend(g, q + s.row0 * qd, gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), s.rows, pos + i,
+               kv.capacity(), att + s.row0 * qd, stream_);
     kv.grew(s.rows);
   }
   cuda::matmul(dw(a.wo), att, R, out.data, stream_);
 }
 
 void CudaBackend::host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run) {
+  step_recordable_ = false;
+  const Stage st(*this, "attention (host)");
   std::vector<float> xh(x.size()), oh(out.size());
   to_host(x, xh.data());
   run(Act{xh.data(), x.rows, x.cols, Device::Host}, Act{oh.data(), out.rows, out.cols, Device::Host});
@@ -69,7 +80,11 @@ void CudaBackend::swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float*
   cuda::matmul(dw(s.down), g, T, out, stream_);
 }
 
-void CudaBackend::swiglu(const SwiGlu& s, Act x, Act out) { swiglu_rows(s, x.data, x.rows, out.data); }
+void CudaBackend::swiglu(const SwiGlu& s, Act x, Act out) {
+  if (replaying()) return;
+  const Stage st(*this, "dense ffn");
+  swiglu_rows(s, x.data, x.rows, out.data);
+}
 
 namespace {
 
@@ -143,6 +158,9 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeSpec& m) {
       host[3 * e + size_t(j)] = d;
     }
     (j == 2 ? t.fmt_down : t.fmt_gate_up) = fmt;
+    if (j == 0) t.wide_gate_up = wide_rows(proto);
+    if (j == 1) t.wide_gate_up = t.wide_gate_up && wide_rows(proto);
+    if (j == 2) t.wide_down = wide_rows(proto);
     if (j == 1 && fmt != cuda_fmt(*first[0])) fail(m.prefix, ": gate and up experts differ in format");
   }
   if (!t.table) MF_CUDA(cudaMalloc(&t.table, host.size() * sizeof(DW)));
@@ -171,6 +189,8 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
   DW* table = sc.get<DW>(size_t(3 * E));
   std::vector<DW> host(size_t(3 * E));
   const DW gate0 = dw_view(m.experts[0].gate), up0 = dw_view(m.experts[0].up), down0 = dw_view(m.experts[0].down);
+  // Records keep their tensors 64-byte aligned and the staging copies start 256-byte aligned.
+  const bool wide_gu = wide_ && wide_rows(gate0) && wide_rows(up0), wide_d = wide_ && wide_rows(down0);
   for (size_t i0 = 0; i0 < used.size(); i0 += win) {
     const std::span<const int32_t> part(used.data() + i0, std::min(win, used.size() - i0));
     std::vector<ExpertRef> refs = m.source->acquire(m.source_layer, part);
@@ -189,17 +209,20 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
       host[size_t(3 * e + 2)] = moved(down0, s.down, base, dst);
     }
     MF_CUDA(cudaMemcpyAsync(table, host.data(), host.size() * sizeof(DW), cudaMemcpyHostToDevice, stream_));
-    experts_gate_up(table, fmt_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max, h, stream_);
-    experts_down(table, fmt_d, hidden, m.dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+    experts_gate_up(table, fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max, h, stream_);
+    experts_down(table, fmt_d, wide_d, hidden, m.dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
     MF_CUDA(cudaStreamSynchronize(stream_));  // `host` and the staging are reused by the next window
   }
 }
 
 void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   MF_ASSERT(!m.prepared_records);  // this backend has no RecordTransform
+  if (replaying()) return;
+  if (m.source) step_recordable_ = false;  // it waits for the host's reads
   const int64_t T = x.rows, K = m.n_experts_active, E = m.n_experts, dim = m.dim;
   const int64_t hidden = m.experts[0].gate.rows, pairs = T * K, tiles_max = max_tiles(pairs, E);
   Scratch sc(*pool_);
+  std::optional<Stage> st(std::in_place, *this, "router");
   float* logits = sc.get<float>(size_t(T * E));
   cuda::matmul(dw(m.router), x.data, T, logits, stream_);
   RouteDev r;
@@ -219,16 +242,19 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   group_pairs(ids, pairs, int32_t(E), sorted, tiles, n_tiles, stream_);
   float* h = sc.get<float>(size_t(pairs * hidden));
   float* y = sc.get<float>(size_t(pairs * dim));
+  st.reset(), st.emplace(*this, "experts");
   if (!m.source) {
     const ExpertTable& t = expert_table(m);
-    experts_gate_up(t.table, t.fmt_gate_up, hidden, dim, x.data, int32_t(K), sorted, tiles, n_tiles, tiles_max, h,
+    experts_gate_up(t.table, t.fmt_gate_up, wide_ && t.wide_gate_up, hidden, dim, x.data, int32_t(K), sorted, tiles, n_tiles, tiles_max, h,
                     stream_);
-    experts_down(t.table, t.fmt_down, hidden, dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+    experts_down(t.table, t.fmt_down, wide_ && t.wide_down, hidden, dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
   } else {
     moe_streamed(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
   }
+  st.reset(), st.emplace(*this, "combine");
   combine(y, weights, order, T, int32_t(K), dim, out.data, stream_);
   if (m.shared.empty()) return;
+  st.reset(), st.emplace(*this, "shared experts");
   float* gate = nullptr;
   if (m.has_shared_gate) {
     gate = sc.get<float>(size_t(T));

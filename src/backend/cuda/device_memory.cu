@@ -4,6 +4,11 @@
 
 namespace moeflux::cuda {
 
+int64_t& launch_count() {
+  static int64_t n = 0;
+  return n;
+}
+
 DevicePool::~DevicePool() {
   for (auto& [p, n] : size_) cudaFree(p);
 }

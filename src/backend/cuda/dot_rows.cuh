@@ -51,4 +51,122 @@ __device__ __forceinline__ void dot_rows(const DW& w, int64_t r, const float* co
   }
 }
 
+// Values per 16 bytes of a row of format F (0: a format read 8 values at a time only).
+template <int F>
+constexpr int kWide = F == kQ4 ? 32 : F == kQ8 || F == kFP8 ? 16 : F == kBF16 || F == kF16 ? 8 : F == kF32 ? 4 : 0;
+
+// Whether w's rows can be read 16 bytes at a time: 16-byte aligned rows, whole 16-byte chunks,
+// each chunk within one scale group (affine) or block (fp8).
+inline bool wide_rows(const DW& w, int vals16) {
+  if (vals16 == 0 || w.row_bytes % 16 || w.cols % vals16) return false;
+  if (w.fmt <= kQ8) return w.group % vals16 == 0;
+  if (w.fmt == kFP8) return w.block_cols % vals16 == 0;
+  return true;
+}
+inline bool wide_rows(const DW& w) {
+  int v = 0;
+  with_fmt(w.fmt, [&](auto f) { v = kWide<decltype(f)::value>; });
+  return wide_rows(w, v);
+}
+
+// 16 bytes from memory read once (no L1 allocation: the weights stream through).
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// The scale (and bias) of chunk c (kWide<F> values) of row r.
+template <int F>
+__device__ __forceinline__ void chunk_scale(const DW& w, int64_t r, int64_t c, float& s, float& b) {
+  constexpr int V = kWide<F>;
+  if constexpr (F <= kQ8) {
+    const int64_t si = r * w.scale_cols + ((c * V) >> w.group_shift);
+    s = load_scale(w.scales, si, w.stype), b = load_scale(w.biases, si, w.stype);
+  } else if constexpr (F == kFP8) {
+    s = load_scale(w.scales, (r >> w.br_shift) * w.scale_cols + ((c * V) >> w.bc_shift), w.stype), b = 0.0f;
+  } else {
+    s = 1.0f, b = 0.0f;
+  }
+}
+
+// The kWide<F> values of one 16-byte chunk.
+template <int F>
+__device__ __forceinline__ void decode16(uint4 q, float s, float b, float (&v)[kWide<F>]) {
+  const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (F == kQ4) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)  // 2^23 + n, exactly, minus 2^23
+        v[8 * j + i] = fmaf(__uint_as_float(0x4b000000u | ((u[j] >> (4 * i)) & 15u)) - 8388608.0f, s, b);
+    } else if constexpr (F == kQ8) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[4 * j + i] = fmaf(__uint_as_float(0x4b000000u | ((u[j] >> (8 * i)) & 255u)) - 8388608.0f, s, b);
+    } else if constexpr (F == kFP8) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[4 * j + i] = e4m3f((u[j] >> (8 * i)) & 0xffu) * s;
+    } else if constexpr (F == kBF16) {
+      v[2 * j] = __uint_as_float(u[j] << 16), v[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+    } else if constexpr (F == kF16) {
+      v[2 * j] = f16f(uint16_t(u[j])), v[2 * j + 1] = f16f(uint16_t(u[j] >> 16));
+    } else {
+      v[j] = __uint_as_float(u[j]);
+    }
+  }
+}
+
+// One token: acc[m][i] += this lane's part of row r0 + i of ws[m] . x for i < R (rows past
+// the matrices' rows skipped; the M matrices share their shape), rows read wide. Each chunk of
+// x is loaded once for the M * R rows, whose chunks are in flight together; each row's dot is
+// summed in four independent chains.
+template <int F, int R, int M>
+__device__ __forceinline__ void dot_rows_x1(const DW (&ws)[M], int64_t r0, const float* x, float (&acc)[M][R]) {
+  constexpr int V = kWide<F>;
+  const int lane = threadIdx.x & 31;
+  const DW& w0 = ws[0];
+  const int64_t nc = w0.cols / V;
+  for (int64_t c = lane; c < nc; c += 32) {
+    uint4 q[M][R];
+    float s[M][R], b[M][R];
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if (r0 + i < w0.rows)
+          q[m][i] = ld_stream(ws[m].data + (r0 + i) * w0.row_bytes + c * 16), chunk_scale<F>(ws[m], r0 + i, c, s[m][i], b[m][i]);
+    float xv[V];
+    const float4* xp = reinterpret_cast<const float4*>(x + c * V);
+#pragma unroll
+    for (int j = 0; j < V / 4; ++j) {
+      const float4 t = xp[j];
+      xv[4 * j] = t.x, xv[4 * j + 1] = t.y, xv[4 * j + 2] = t.z, xv[4 * j + 3] = t.w;
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        if (r0 + i >= w0.rows) break;
+        float v[V];
+        decode16<F>(q[m][i], s[m][i], b[m][i], v);
+        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < V; ++j) p[j % 4] = fmaf(v[j], xv[j], p[j % 4]);
+        acc[m][i] += (p[0] + p[1]) + (p[2] + p[3]);
+      }
+  }
+}
+
+// Calls fn(std::integral_constant<int, F>{}, std::bool_constant<Wide>{}) for w's format and
+// whether its rows read wide.
+template <typename Fn>
+void with_fmt_wide(int fmt, bool wide, Fn&& fn) {
+  with_fmt(fmt, [&](auto f) {
+    if (wide && kWide<decltype(f)::value> > 0) fn(f, std::true_type{});
+    else fn(f, std::false_type{});
+  });
+}
+
 }  // namespace moeflux::cuda

@@ -23,9 +23,13 @@ struct DW {
   int64_t rows = 0, cols = 0, row_bytes = 0;
   int32_t group = 0;                // affine group size
   int32_t block_rows = 0, block_cols = 0;
+  // log2 of group (affine) and of block_cols / block_rows (fp8): all powers of two (cuda_fmt),
+  // so that the kernels shift instead of dividing.
+  int8_t group_shift = 0, bc_shift = 0, br_shift = 0;
   int32_t scale_cols = 0;           // scales per row (affine) / per block row (fp8)
   int32_t fmt = kNoFmt;
   uint8_t stype = kSBF16;
+  bool wide = false;  // rows read 16 bytes at a time (wide_rows, dot_rows.cuh)
 };
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
@@ -57,7 +61,7 @@ __device__ __forceinline__ void load8(const DW& w, int64_t r, int64_t c0, float 
   const uint8_t* row = w.data + r * w.row_bytes;
   if constexpr (F <= kQ8) {
     constexpr int B = Bits<F>::value;
-    const int64_t si = r * w.scale_cols + c0 / w.group;
+    const int64_t si = r * w.scale_cols + (c0 >> w.group_shift);
     const float s = load_scale(w.scales, si, w.stype), b = load_scale(w.biases, si, w.stype);
     const uint8_t* p = row + (c0 / 8) * B;  // 8 values take B bytes
     uint64_t q;
@@ -74,7 +78,7 @@ __device__ __forceinline__ void load8(const DW& w, int64_t r, int64_t c0, float 
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = float(uint32_t(q >> (B * i)) & ((1u << B) - 1)) * s + b;
   } else if constexpr (F == kFP8) {
-    const float s = load_scale(w.scales, (r / w.block_rows) * w.scale_cols + c0 / w.block_cols, w.stype);
+    const float s = load_scale(w.scales, (r >> w.br_shift) * w.scale_cols + (c0 >> w.bc_shift), w.stype);
     const uint2 u = *reinterpret_cast<const uint2*>(row + c0);  // rows are a multiple of 8 bytes
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = e4m3f((u.x >> (8 * i)) & 0xffu) * s, v[4 + i] = e4m3f((u.y >> (8 * i)) & 0xffu) * s;

@@ -46,16 +46,17 @@ struct GqaDev {
   const float* k_norm = nullptr;
   RopeDev rope;
 };
-// One sequence's T new tokens at positions pos0 .. (cache indices len0 ..): splits qg (T,
-// n_heads * head_dim * (gated ? 2 : 1)) into q and gate, normalises and ropes q and the new
-// keys kn (T, n_kv * head_dim), and appends kn / vn to the cache k, v ((len0 + T, n_kv,
-// head_dim) each, capacity already there).
-void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn, int64_t T, int64_t pos0,
-              int64_t len0, float* q, float* gate, float* k, float* v, cudaStream_t s);
-// att (T, n_heads * head_dim): causal attention of each of the T queries (cache index len0 + t)
-// over the cache (its window), times sigmoid(gate) when gated.
+// One sequence's T new tokens at positions *pos .. (device memory; also their cache indices):
+// splits qg (T, n_heads * head_dim * (gated ? 2 : 1)) into q and gate, normalises and ropes q
+// and the new keys kn (T, n_kv * head_dim), and appends kn / vn to the cache k, v ((*pos + T,
+// n_kv, head_dim) each, capacity already there).
+void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn, int64_t T, const int32_t* pos,
+              float* q, float* gate, float* k, float* v, cudaStream_t s);
+// att (T, n_heads * head_dim): causal attention of each of the T queries (cache index *pos + t)
+// over the cache (its window), times sigmoid(gate) when gated. ctx_max: at least the positions
+// any query attends to (the kernel is chosen by it: recorded steps keep their choice).
 void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float* k, const float* v, int64_t T,
-                int64_t len0, float* att, cudaStream_t s);
+                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s);
 
 // --- moe.cu ---
 struct RouteDev {
@@ -79,12 +80,13 @@ int64_t max_tiles(int64_t pairs, int64_t n_experts);
 void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t* sorted, int32_t* tiles,
                  int32_t* n_tiles, cudaStream_t s);
 // h (pairs, hidden) = silu(gate_e x_t) * (up_e x_t); table: per expert [gate, up, down]; an
-// expert whose gate data is null is skipped (not in this window).
-void experts_gate_up(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* x, int32_t k,
+// expert whose gate data is null is skipped (not in this window). wide: the experts' rows read
+// 16 bytes at a time (wide_rows, dot_rows.cuh).
+void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* x, int32_t k,
                      const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h,
                      cudaStream_t s);
 // y (pairs, dim) = down_e h_p.
-void experts_down(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
+void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
                   const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* y, cudaStream_t s);
 // out (T, dim) = sum over slots in `order` of weight * y.
 void combine(const float* y, const float* weights, const int32_t* order, int64_t T, int32_t k, int64_t dim, float* out,

@@ -21,6 +21,7 @@ class KvCacheDev final : public LayerState {
   void buffers_written() override;
 
   int64_t len() const { return len_; }
+  int64_t capacity() const { return cap_; }
   // Room for n positions (keeps the first len()).
   void reserve(int64_t n);
   // n more positions are now in the cache.

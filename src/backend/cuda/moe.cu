@@ -58,13 +58,14 @@ __device__ float warp_max(float v) {
 __global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, float* w_out, int32_t* order_out) {
   __shared__ float p[kMaxExperts], choice[kMaxExperts];
   __shared__ bool taken[kMaxExperts];
-  __shared__ int ids[kMaxK];
+  __shared__ int ids[kMaxK], ord[kMaxK];
+  __shared__ float wsh[kMaxK];
   __shared__ float gscore[64];
   __shared__ int kept[64];
   const int lane = threadIdx.x, n = r.n_experts, K = r.k;
   const int64_t t = blockIdx.x;
   const float* lg = logits + t * n;
-  float* w = w_out + t * K;
+  float* w = wsh;  // written to w_out at the end: global reads after writes are slow
   if (r.kind == 0) {  // SoftmaxTopK
     float m = -INFINITY;
     for (int e = lane; e < n; e += 32) m = fmaxf(m, p[e] = lg[e]);
@@ -132,14 +133,15 @@ __global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, 
   }
   __syncwarp();
   if (lane == 0) {
-    int32_t* o = order_out + t * K;
     for (int j = 0; j < K; ++j) {  // insertion sort of the slots by (id, slot)
       int at = j;
-      while (at > 0 && ids[o[at - 1]] > ids[j]) o[at] = o[at - 1], --at;
-      o[at] = j;
+      while (at > 0 && ids[ord[at - 1]] > ids[j]) ord[at] = ord[at - 1], --at;
+      ord[at] = j;
     }
-    for (int j = 0; j < K; ++j) ids_out[t * K + j] = ids[j];
   }
+  __syncwarp();
+  for (int j = lane; j < K; j += 32)
+    ids_out[t * K + j] = ids[j], w_out[t * K + j] = wsh[j], order_out[t * K + j] = ord[j];
 }
 
 __global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t* sorted, int32_t* tiles,
@@ -149,69 +151,120 @@ __global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_expert
   __syncthreads();
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&cnt[ids[p]], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int off = 0, nt = 0;
-    for (int e = 0; e < n_experts; ++e) {
+  if (threadIdx.x < 32) {  // a warp scans the counts: each lane a slice of experts
+    const int lane = threadIdx.x, per = (n_experts + 31) / 32, lo = min(n_experts, lane * per),
+              hi = min(n_experts, lo + per);
+    int pairs_in = 0, tiles_in = 0;
+    for (int e = lo; e < hi; ++e) pairs_in += cnt[e], tiles_in += (cnt[e] + kTile - 1) / kTile;
+    int off = pairs_in, nt = tiles_in;  // inclusive scans over the lanes
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int a = __shfl_up_sync(0xffffffffu, off, o), b = __shfl_up_sync(0xffffffffu, nt, o);
+      if (lane >= o) off += a, nt += b;
+    }
+    if (lane == 31) *n_tiles = nt;
+    off -= pairs_in, nt -= tiles_in;
+    for (int e = lo; e < hi; ++e) {
       fill[e] = off;
-      for (int j = 0; j < cnt[e]; j += kTile) {
+      for (int j = 0; j < cnt[e]; j += kTile, ++nt) {
         tiles[nt * kTileFields] = e, tiles[nt * kTileFields + 1] = off + j;
         tiles[nt * kTileFields + 2] = min(kTile, cnt[e] - j);
-        ++nt;
       }
       off += cnt[e];
     }
-    *n_tiles = nt;
   }
   __syncthreads();
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) sorted[atomicAdd(&fill[ids[p]], 1)] = int32_t(p);
 }
 
-template <int F>
-__global__ void __launch_bounds__(kRowsPerBlock * 32)
+// Rows per warp: kRowsPerWarp when the rows read wide (a tile of one token then reads x once
+// for them, dot_rows_x1), else one.
+constexpr int kRowsPerWarp = 2;
+template <bool Wide>
+constexpr int kWarpRows = Wide ? kRowsPerWarp : 1;
+
+template <int F, bool Wide>
+__global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     gate_up_kernel(const DW* table, int64_t hidden, int64_t dim, const float* x, int32_t k, const int32_t* sorted,
                    const int32_t* tiles, const int32_t* n_tiles, float* h) {
+  constexpr int RW = kWarpRows<Wide>;
   const int tile = blockIdx.y;
   if (tile >= *n_tiles) return;
   const int e = tiles[tile * kTileFields], first = tiles[tile * kTileFields + 1], n = tiles[tile * kTileFields + 2];
   const DW g = table[3 * e], u = table[3 * e + 1];
   if (!g.data) return;
-  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  if (r >= hidden) return;
+  const int64_t r0 = (int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * RW;
+  if (r0 >= hidden) return;
+  const bool lane0 = (threadIdx.x & 31) == 0;
+  if constexpr (Wide && kWide<F> > 0) {
+    if (n == 1) {
+      const int32_t p = sorted[first];
+      float acc[2][RW] = {};
+      const DW ws[2] = {g, u};
+      dot_rows_x1<F, RW, 2>(ws, r0, x + int64_t(p / k) * dim, acc);
+#pragma unroll
+      for (int i = 0; i < RW; ++i) {
+        const float a = warp_sum(acc[0][i]), b = warp_sum(acc[1][i]);
+        if (lane0 && r0 + i < hidden) h[int64_t(p) * hidden + r0 + i] = a / (1.0f + expf(-a)) * b;
+      }
+      return;
+    }
+  }
   const float* xs[kTile];
 #pragma unroll
   for (int t = 0; t < kTile; ++t) xs[t] = x + int64_t(sorted[first + min(t, n - 1)] / k) * dim;
-  float ag[kTile] = {}, au[kTile] = {};
-  dot_rows<F>(g, r, xs, n, ag);
-  dot_rows<F>(u, r, xs, n, au);
+  for (int i = 0; i < RW && r0 + i < hidden; ++i) {
+    float ag[kTile] = {}, au[kTile] = {};
+    dot_rows<F>(g, r0 + i, xs, n, ag);
+    dot_rows<F>(u, r0 + i, xs, n, au);
 #pragma unroll
-  for (int t = 0; t < kTile; ++t) {
-    if (t >= n) break;
-    const float a = warp_sum(ag[t]), b = warp_sum(au[t]);
-    if ((threadIdx.x & 31) == 0) h[int64_t(sorted[first + t]) * hidden + r] = a / (1.0f + expf(-a)) * b;
+    for (int t = 0; t < kTile; ++t) {
+      if (t >= n) break;
+      const float a = warp_sum(ag[t]), b = warp_sum(au[t]);
+      if (lane0) h[int64_t(sorted[first + t]) * hidden + r0 + i] = a / (1.0f + expf(-a)) * b;
+    }
   }
 }
 
-template <int F>
-__global__ void __launch_bounds__(kRowsPerBlock * 32)
+template <int F, bool Wide>
+__global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     down_kernel(const DW* table, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
                 const int32_t* tiles, const int32_t* n_tiles, float* y) {
+  constexpr int RW = kWarpRows<Wide>;
   const int tile = blockIdx.y;
   if (tile >= *n_tiles) return;
   const int e = tiles[tile * kTileFields], first = tiles[tile * kTileFields + 1], n = tiles[tile * kTileFields + 2];
   const DW d = table[3 * e + 2];
   if (!d.data) return;
-  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  if (r >= dim) return;
+  const int64_t r0 = (int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * RW;
+  if (r0 >= dim) return;
+  const bool lane0 = (threadIdx.x & 31) == 0;
+  if constexpr (Wide && kWide<F> > 0) {
+    if (n == 1) {
+      const int32_t p = sorted[first];
+      float acc[1][RW] = {};
+      const DW ws[1] = {d};
+      dot_rows_x1<F, RW, 1>(ws, r0, h + int64_t(p) * hidden, acc);
+#pragma unroll
+      for (int i = 0; i < RW; ++i) {
+        const float a = warp_sum(acc[0][i]);
+        if (lane0 && r0 + i < dim) y[int64_t(p) * dim + r0 + i] = a;
+      }
+      return;
+    }
+  }
   const float* xs[kTile];
 #pragma unroll
   for (int t = 0; t < kTile; ++t) xs[t] = h + int64_t(sorted[first + min(t, n - 1)]) * hidden;
-  float acc[kTile] = {};
-  dot_rows<F>(d, r, xs, n, acc);
+  for (int i = 0; i < RW && r0 + i < dim; ++i) {
+    float acc[kTile] = {};
+    dot_rows<F>(d, r0 + i, xs, n, acc);
 #pragma unroll
-  for (int t = 0; t < kTile; ++t) {
-    if (t >= n) break;
-    const float a = warp_sum(acc[t]);
-    if ((threadIdx.x & 31) == 0) y[int64_t(sorted[first + t]) * dim + r] = a;
+    for (int t = 0; t < kTile; ++t) {
+      if (t >= n) break;
+      const float a = warp_sum(acc[t]);
+      if (lane0) y[int64_t(sorted[first + t]) * dim + r0 + i] = a;
+    }
   }
 }
 
@@ -247,22 +300,24 @@ void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t* 
   MF_CUDA_LAUNCHED("group_pairs");
 }
 
-void experts_gate_up(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* x, int32_t k,
+void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* x, int32_t k,
                      const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h,
                      cudaStream_t s) {
-  const dim3 grid(unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(tiles_max));
-  with_fmt(fmt, [&](auto f) {
-    gate_up_kernel<decltype(f)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(table, hidden, dim, x, k, sorted, tiles,
+  with_fmt_wide(fmt, wide, [&](auto f, auto w) {
+    const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value>;
+    const dim3 grid(unsigned((hidden + per_block - 1) / per_block), unsigned(tiles_max));
+    gate_up_kernel<decltype(f)::value, decltype(w)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(table, hidden, dim, x, k, sorted, tiles,
                                                                            n_tiles, h);
   });
   MF_CUDA_LAUNCHED("experts_gate_up");
 }
 
-void experts_down(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
+void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
                   const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* y, cudaStream_t s) {
-  const dim3 grid(unsigned((dim + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(tiles_max));
-  with_fmt(fmt, [&](auto f) {
-    down_kernel<decltype(f)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(table, hidden, dim, h, sorted, tiles, n_tiles, y);
+  with_fmt_wide(fmt, wide, [&](auto f, auto w) {
+    const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value>;
+    const dim3 grid(unsigned((dim + per_block - 1) / per_block), unsigned(tiles_max));
+    down_kernel<decltype(f)::value, decltype(w)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(table, hidden, dim, h, sorted, tiles, n_tiles, y);
   });
   MF_CUDA_LAUNCHED("experts_down");
 }

@@ -1,0 +1,116 @@
+// CudaBackend's steps: the staging of a step's ids and positions, cache room, and the CUDA
+// graphs of decode steps (recorded at the second step of a shape, replayed from the third).
+#include "backend/cuda/check.cuh"
+#include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/kv_cache.cuh"
+
+namespace moeflux {
+
+using namespace cuda;
+
+void CudaBackend::begin_step(const StepInfo& step) {
+  in_step_ = true, mode_ = Mode::Eager, replay_ = nullptr;
+  const size_t R = step.ids.size(), S = step.seqs.size();
+  if (R + S > staging_cap_) {  // the graphs read the old buffers: they go too
+    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec), cudaFree(g.logits);
+    graphs_.clear();
+    cudaFreeHost(staging_);
+    cudaFree(step_in_);
+    staging_cap_ = std::max<size_t>(2 * (R + S), 4096);
+    MF_CUDA(cudaHostAlloc(&staging_, staging_cap_ * sizeof(int32_t), cudaHostAllocDefault));
+    MF_CUDA(cudaMalloc(&step_in_, staging_cap_ * sizeof(int32_t)));
+  }
+  std::copy(step.ids.begin(), step.ids.end(), staging_);
+  step_rows_ = int64_t(R);
+  step_seq_at_row_.clear();
+  step_graphable_ = !step.host_reads && !profiling_;  // profiling times each op
+  step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_)});
+  for (size_t i = 0; i < S; ++i) {
+    const StepSeq& q = step.seqs[i];
+    staging_[R + i] = int32_t(q.pos0);
+    step_seq_at_row_[q.row0] = int(i);
+    step_graphable_ = step_graphable_ && q.rows == 1;
+    for (const auto& st : q.states)
+      if (auto* kv = dynamic_cast<KvCacheDev*>(st.get())) {
+        kv->reserve(q.pos0 + q.rows);  // no allocation or sync inside a recorded step
+        step_key_.push_back(uintptr_t(kv->k()));
+      }
+  }
+  step_recordable_ = step_graphable_;
+  if (step_graphable_) {
+    if (auto it = graphs_.find(step_key_); it != graphs_.end()) {
+      mode_ = Mode::Replay, replay_ = &it->second;
+      return;  // the graph copies the staging itself
+    }
+    if (recordable_.count(step_key_)) {
+      MF_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+      mode_ = Mode::Capture;
+    }
+  }
+  MF_CUDA(cudaMemcpyAsync(step_in_, staging_, (R + S) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::end_step(bool ok) {
+  if (mode_ == Mode::Capture) {  // the step ended (or threw) before logits() ended the capture
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream_, &g);
+    if (g) cudaGraphDestroy(g);
+    recordable_.erase(step_key_);
+  } else if (!ok) {
+    recordable_.erase(step_key_);
+  } else if (ok && mode_ == Mode::Eager && step_graphable_ && step_recordable_) {
+    recordable_.insert(step_key_);
+  }
+  in_step_ = false, mode_ = Mode::Eager, replay_ = nullptr;
+}
+
+const int32_t* CudaBackend::positions(std::span<const SeqRows> seqs, Scratch& sc) {
+  if (in_step_) {  // the sequences of an op are the step's, in order
+    const auto it = step_seq_at_row_.find(seqs[0].row0);
+    MF_ASSERT(it != step_seq_at_row_.end());
+    return step_in_ + step_rows_ + it->second;
+  }
+  std::vector<int32_t> pos(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) pos[i] = int32_t(seqs[i].pos0);
+  int32_t* d = sc.get<int32_t>(pos.size());
+  MF_CUDA(cudaMemcpyAsync(d, pos.data(), pos.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  MF_CUDA(cudaStreamSynchronize(stream_));  // pos is a temporary
+  return d;
+}
+
+void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
+  const size_t n = size_t(x.rows * head.rows);
+  const Stage st(*this, "lm_head");
+  if (mode_ == Mode::Replay) {
+    MF_ASSERT(replay_->logits_floats == n);
+    MF_CUDA(cudaGraphLaunch(replay_->exec, stream_));
+    MF_CUDA(cudaMemcpyAsync(logits, replay_->logits, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    MF_CUDA(cudaStreamSynchronize(stream_));
+    return;
+  }
+  if (mode_ == Mode::Capture) {
+    StepGraph g;
+    MF_CUDA(cudaMalloc(&g.logits, n * sizeof(float)));
+    g.logits_floats = n;
+    cuda::matmul(dw(head), x.data, x.rows, g.logits, stream_);
+    cudaGraph_t graph = nullptr;
+    mode_ = Mode::Eager;  // the capture is over whatever happens next
+    MF_CUDA(cudaStreamEndCapture(stream_, &graph));
+    const cudaError_t e = cudaGraphInstantiate(&g.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    MF_CUDA(e);
+    auto& kept = graphs_[step_key_] = g;
+    MF_CUDA(cudaGraphLaunch(kept.exec, stream_));
+    MF_CUDA(cudaMemcpyAsync(logits, kept.logits, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    MF_CUDA(cudaStreamSynchronize(stream_));
+    return;
+  }
+  Scratch sc(*pool_);
+  float* y = sc.get<float>(n);
+  cuda::matmul(dw(head), x.data, x.rows, y, stream_);
+  MF_CUDA(cudaMemcpyAsync(logits, y, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  MF_CUDA(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace moeflux
