@@ -214,7 +214,10 @@ void CudaBackend::matmul(std::span<const QWeight* const> ws, Act x, std::span<co
   MF_ASSERT(ws.size() == ys.size());
   if (replaying()) return;
   const Stage st(*this, "other");
-  for (size_t i = 0; i < ws.size(); ++i) cuda::matmul(dw(*ws[i]), x.data, x.rows, ys[i].data, stream_);
+  std::vector<DW> d;
+  std::vector<float*> out;
+  for (size_t i = 0; i < ws.size(); ++i) d.push_back(dw(*ws[i])), out.push_back(ys[i].data);
+  cuda::matmul(std::span<const DW>(d), x.data, x.rows, std::span<float* const>(out), stream_);
 }
 
 }  // namespace moeflux

@@ -30,9 +30,9 @@ void CudaBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows
   float* q = sc.get<float>(size_t(R * qd));
   float* gate = a.gated ? sc.get<float>(size_t(R * qd)) : nullptr;
   float* att = sc.get<float>(size_t(R * qd));
-  cuda::matmul(dw(a.wq), x.data, R, qg, stream_);
-  cuda::matmul(dw(a.wk), x.data, R, kn, stream_);
-  cuda::matmul(dw(a.wv), x.data, R, vn, stream_);
+  const DW qkv[3] = {dw(a.wq), dw(a.wk), dw(a.wv)};
+  float* const qkv_out[3] = {qg, kn, vn};
+  cuda::matmul(qkv, x.data, R, qkv_out, stream_);
   GqaDev g;
   g.n_heads = int32_t(a.n_heads), g.n_kv_heads = int32_t(a.n_kv_heads), g.head_dim = int32_t(hd);
   g.window = int32_t(a.window), g.gated = a.gated, g.norm_eps = a.norm_eps;
@@ -74,8 +74,9 @@ void CudaBackend::swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float*
   Scratch sc(*pool_);
   float* g = sc.get<float>(size_t(T * s.gate.rows));
   float* u = sc.get<float>(size_t(T * s.up.rows));
-  cuda::matmul(dw(s.gate), x, T, g, stream_);
-  cuda::matmul(dw(s.up), x, T, u, stream_);
+  const DW gu[2] = {dw(s.gate), dw(s.up)};
+  float* const gu_out[2] = {g, u};
+  cuda::matmul(gu, x, T, gu_out, stream_);
   silu_mul(g, u, g, T * s.gate.rows, stream_);
   cuda::matmul(dw(s.down), g, T, out, stream_);
 }

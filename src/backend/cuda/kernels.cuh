@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 
 #include "backend/cuda/dweight.cuh"
 
@@ -36,6 +37,9 @@ void rope(const RopeDev& t, int64_t head_dim, int64_t pos0, float* x, int64_t ro
 // --- matmul.cu ---
 // y (T, w.rows) = x (T, w.cols) W^T.
 void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s);
+// ys[i] = x ws[i]^T for weights sharing x: one launch for several of one format and width
+// (one token, rows read wide), else one each.
+void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s);
 
 // --- attention.cu ---
 struct GqaDev {

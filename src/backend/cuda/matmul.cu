@@ -1,6 +1,10 @@
 // Matmul of a weight in any format with T token rows: a warp per weight row, tiles of kTile
 // tokens per block row (each weight row is read once per tile), 8 values at a time. One token
 // over rows that read wide (dot_rows_x1): a warp per kRowsPerWarp rows.
+#include <climits>
+#include <cstdint>
+#include <span>
+
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
 
@@ -30,12 +34,23 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) matmul_kernel(DW w, const 
   }
 }
 
-// One token, rows read wide: a warp per kRowsPerWarp rows, x read once for them.
-constexpr int kRowsPerWarp = 4;
+// One token, rows read wide: a warp per kRowsPerWarp rows, x read once for them. Up to
+// kMaxShared weights of one format and width in one launch: block b runs weight i where
+// first[i] <= b < first[i + 1].
+constexpr int kRowsPerWarp = 4, kMaxShared = 4;
+struct Shared {
+  DW w[kMaxShared];
+  float* y[kMaxShared];
+  int32_t first[kMaxShared + 1];
+};
 
 template <int F>
-__global__ void __launch_bounds__(kRowsPerBlock * 32, 2) matvec_x1_kernel(DW w, const float* x, float* y) {
-  const int64_t r0 = (int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+__global__ void __launch_bounds__(kRowsPerBlock * 32, 2) matvec_x1_kernel(Shared sw, const float* x) {
+  int i = 0;
+  while (int32_t(blockIdx.x) >= sw.first[i + 1]) ++i;
+  const DW& w = sw.w[i];
+  float* y = sw.y[i];
+  const int64_t r0 = (int64_t(blockIdx.x - sw.first[i]) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
   if (r0 >= w.rows) return;
   float acc[1][kRowsPerWarp] = {};
   const DW ws[1] = {w};
@@ -49,16 +64,40 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2) matvec_x1_kernel(DW w, 
 
 }  // namespace
 
+void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
+  MF_ASSERT(ws.size() == ys.size());
+  size_t i = 0;
+  while (i < ws.size()) {
+    if (T != 1 || !ws[i].wide) {
+      matmul(ws[i], x, T, ys[i], s);
+      ++i;
+      continue;
+    }
+    // The following weights of the same format and width, in one launch.
+    Shared sw{};
+    int n = 0;
+    sw.first[0] = 0;
+    constexpr int64_t per_block = kRowsPerBlock * kRowsPerWarp;
+    const DW& lead = ws[i];
+    for (; i < ws.size() && n < kMaxShared && ws[i].wide && ws[i].fmt == lead.fmt && ws[i].cols == lead.cols; ++i, ++n) {
+      sw.w[n] = ws[i], sw.y[n] = ys[i];
+      sw.first[n + 1] = sw.first[n] + int32_t((ws[i].rows + per_block - 1) / per_block);
+    }
+    for (int j = n + 1; j <= kMaxShared; ++j) sw.first[j] = INT32_MAX;
+    if (sw.first[n] == 0) continue;
+    with_fmt(sw.w[0].fmt, [&](auto f) {
+      if constexpr (kWide<decltype(f)::value> > 0)
+        matvec_x1_kernel<decltype(f)::value><<<unsigned(sw.first[n]), kRowsPerBlock * 32, 0, s>>>(sw, x);
+    });
+    MF_CUDA_LAUNCHED("matvec_x1");
+  }
+}
+
 void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s) {
   if (T == 0 || w.rows == 0) return;
   if (T == 1 && w.wide) {
-    const int64_t per_block = kRowsPerBlock * kRowsPerWarp;
-    with_fmt(w.fmt, [&](auto f) {
-      if constexpr (kWide<decltype(f)::value> > 0)
-        matvec_x1_kernel<decltype(f)::value><<<unsigned((w.rows + per_block - 1) / per_block), kRowsPerBlock * 32, 0, s>>>(
-            w, x, y);
-    });
-    MF_CUDA_LAUNCHED("matvec_x1");
+    float* ys[1] = {y};
+    matmul(std::span<const DW>(&w, 1), x, T, ys, s);
     return;
   }
   const dim3 grid(unsigned((w.rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned((T + kTile - 1) / kTile));
