@@ -16,14 +16,14 @@ void add_compute_options(CLI::App* sub, ComputeArgs& a) {
                   "Instruction set of the CPU kernels (default: the best this CPU has; lower ones for comparisons)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512", "avx512vnni"}));
   sub->add_option("--n-gpu-layers", a.gpu_layers,
-                  "llama.cpp's -ngl: GPU offload is chosen with --backend, and this build has only the cpu backend")
+                  "llama.cpp's -ngl: GPU offload is chosen with --backend cuda (the whole model on the GPU)")
       ->check(CLI::Range(0, 1 << 20));
 }
 
 void ComputeArgs::apply() const {
   if (gpu_layers > 0)
-    fail("-ngl / --n-gpu-layers ", gpu_layers, ": GPU offload is chosen with --backend, and this build has only the "
-         "cpu backend (--backend cpu); drop -ngl to run on the CPU");
+    fail("-ngl / --n-gpu-layers ", gpu_layers, ": GPU offload is chosen with --backend cuda (the whole model runs on "
+         "the GPU; --backend auto: the GPU when there is one); drop -ngl");
 }
 
 BackendOptions ComputeArgs::backend_options(Repack repack) const {
