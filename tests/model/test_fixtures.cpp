@@ -87,18 +87,7 @@ TEST_P(FixtureTest, LongSequencePrefillAndChunkedDecode) {
   EXPECT_LE(test::rel_l2(s.forward(ids), want), kTol);
   // Prefill a prefix, then feed the rest in uneven pieces through the cache.
   s.reset();
-  std::vector<float> logits;
-  size_t i = 0;
-  for (size_t step : {size_t(37), size_t(1), size_t(5), size_t(64), size_t(1)}) {
-    auto l = s.forward(std::span<const int32_t>(ids).subspan(i, step));
-    logits.insert(logits.end(), l.begin(), l.end());
-    i += step;
-  }
-  while (i < ids.size()) {
-    auto l = s.forward(std::span<const int32_t>(ids).subspan(i++, 1));
-    logits.insert(logits.end(), l.begin(), l.end());
-  }
-  EXPECT_LE(test::rel_l2(logits, want), kTol);
+  EXPECT_LE(test::rel_l2(test::logits_in_pieces(s, ids), want), kTol);
 }
 
 // The `moeflux logits` verb end to end: prefill, --decode, --generate.

@@ -70,18 +70,7 @@ TEST_P(BackendFixtureTest, LongSequence) {
   Session s(*model_);
   EXPECT_LE(test::rel_l2(s.forward(ids), want), tolerance(backend()));
   s.reset();
-  std::vector<float> logits;
-  size_t i = 0;
-  for (size_t step : {size_t(37), size_t(1), size_t(5), size_t(64), size_t(1)}) {
-    auto l = s.forward(std::span<const int32_t>(ids).subspan(i, step));
-    logits.insert(logits.end(), l.begin(), l.end());
-    i += step;
-  }
-  while (i < ids.size()) {
-    auto l = s.forward(std::span<const int32_t>(ids).subspan(i++, 1));
-    logits.insert(logits.end(), l.begin(), l.end());
-  }
-  EXPECT_LE(test::rel_l2(logits, want), tolerance(backend()));
+  EXPECT_LE(test::rel_l2(test::logits_in_pieces(s, ids), want), tolerance(backend()));
   s.reset();
   const auto& gen = g.i32.at("gen_ids");
   EXPECT_EQ(greedy_generate(s, g.i32.at("gen_prompt"), int(gen.size())), gen);

@@ -38,6 +38,22 @@ Golden load_golden(const std::string& path) {
   return g;
 }
 
+std::vector<float> logits_in_pieces(Session& s, std::span<const int32_t> ids) {
+  std::vector<float> logits;
+  size_t i = 0;
+  for (size_t step : {size_t(37), size_t(1), size_t(5), size_t(64), size_t(1)}) {
+    if (i + step > ids.size()) break;
+    auto l = s.forward(ids.subspan(i, step));
+    logits.insert(logits.end(), l.begin(), l.end());
+    i += step;
+  }
+  while (i < ids.size()) {
+    auto l = s.forward(ids.subspan(i++, 1));
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
+  return logits;
+}
+
 double rel_l2(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; ++i) {

@@ -6,10 +6,12 @@
 #include <cctype>
 #include <cstring>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
+#include "engine/session.h"
 #include "format/safetensors.h"
 
 namespace moeflux::test {
@@ -37,6 +39,9 @@ Golden load_golden(const std::string& path);
 
 // ||a - b|| / ||b||
 double rel_l2(const float* a, const float* b, size_t n);
+// The logits of all of ids fed to a fresh or reset session in uneven pieces through its cache:
+// 37, 1, 5, 64 and 1 tokens, then one at a time.
+std::vector<float> logits_in_pieces(Session& s, std::span<const int32_t> ids);
 inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() ? rel_l2(a.data(), b.data(), a.size()) : INFINITY;
 }
