@@ -124,7 +124,7 @@ Runner register_bench(CLI::App& app) {
     if (int64_t(a->depth) + a->pp + 1 > model->cfg.max_seq_len || int64_t(a->depth) + a->tg + 1 > model->cfg.max_seq_len)
       fail("depth plus test length exceeds the model's context of ", model->cfg.max_seq_len, " tokens");
     const ModelStats ms = model_stats(*model);
-    if (!a->json) std::fprintf(stderr, "measuring ceilings on %d threads...\n", threads);
+    if (!a->json) std::fprintf(stderr, "measuring ceilings (%s)...\n", be.describe().c_str());
     // The ceilings are measured before the tests and again after them, and the higher value
     // is used: on a shared machine one measurement can land in a busy moment and make the
     // percentages look better than they are.
@@ -274,15 +274,18 @@ Runner register_bench(CLI::App& app) {
     ceil = be.measure_ceilings();
     bw = std::max(bw, ceil.read_gbs), fma = std::max(fma, ceil.fma_gflops);
     for (Row& r : rows) {
-      if (r.test[0] == 't') r.bw_pct = 100.0 * r.gbs / bw;
-      else r.fma_pct = 100.0 * r.gflops / fma;
+      if (r.test[0] == 't') r.bw_pct = bw > 0 ? 100.0 * r.gbs / bw : 0.0;
+      else if (fma > 0) r.fma_pct = 100.0 * r.gflops / fma;  // 0: not measured on this backend
     }
     const std::string isa = be.fact("isa");
     // Weights in the backend's own layout: the resident pack's, or the expert cache's records as read
     const bool slots = cache && cache->transforms_records();
     double measured_s = 0;  // for --stats: the measured runs' time, which the cache statistics cover
     for (const auto& r : rows) measured_s += r.seconds;
-    const std::string isa_note = isa + (model->prepared_tensors || slots ? ", repacked" : "");
+    // The backend as the table names it: "cpu (avx512vnni, repacked)", "cuda (NVIDIA H100 80GB HBM3)".
+    const std::string what = isa.empty() ? be.fact("device") : isa;
+    const std::string note = what + (model->prepared_tensors || slots ? ", repacked" : "");
+    const std::string backend_label = note.empty() ? be.name() : std::string(be.name()) + " (" + note + ")";
     if (a->json) {
       nlohmann::ordered_json j = {{"model", a->model}, {"arch", model->cfg.arch}, {"weight_bytes", ms.weight_bytes},
                                   {"params", ms.params}, {"bytes_per_token", ms.bytes_per_token},
@@ -311,12 +314,12 @@ Runner register_bench(CLI::App& app) {
     for (const auto& r : rows) {
       const bool tg = r.test[0] == 't';
       const bool one = r.gbs > 0;  // a one-sequence decode row
-      std::printf("| %s | %s | %.2f M | %s (%s) | %d | %s | %.2f +- %.2f | %s | %s | %s | %s | %s |\n",
+      std::printf("| %s | %s | %.2f M | %s | %d | %s | %.2f +- %.2f | %s | %s | %s | %s | %s |\n",
                   model->cfg.arch.c_str(), human_bytes(double(ms.weight_bytes)).c_str(), double(ms.params) / 1e6,
-                  be.name(), isa_note.c_str(), threads, r.test.c_str(), r.mean, r.sd,
+                  backend_label.c_str(), threads, r.test.c_str(), r.mean, r.sd,
                   tg && one ? human_bytes(double(ms.bytes_per_token)).c_str() : "",
-                  tg && one ? num(r.gbs, 2).c_str() : "", tg && one ? num(r.bw_pct, 1).c_str() : "",
-                  tg ? "" : num(r.gflops, 1).c_str(), tg ? "" : num(r.fma_pct, 1).c_str());
+                  tg && one ? num(r.gbs, 2).c_str() : "", tg && one && bw > 0 ? num(r.bw_pct, 1).c_str() : "",
+                  tg ? "" : num(r.gflops, 1).c_str(), tg || fma <= 0 ? "" : num(r.fma_pct, 1).c_str());
     }
     if (alt) {
       std::printf("\npaired (--alternate %s, as set: %s; decode token by token, prefill run by run):", a->alternate.c_str(),
@@ -360,8 +363,12 @@ Runner register_bench(CLI::App& app) {
                     double(r.stages.launches) / tokens, 1e6 * total / tokens);
       }
     }
-    std::printf("\nceilings measured now on %d threads (best of before and after the tests): read %.1f GB/s, FMA %.1f GFLOP/s (%s)\n", threads, bw, fma,
-                isa.c_str());
+    if (threads > 0)
+      std::printf("\nceilings measured now on %d threads (best of before and after the tests): read %.1f GB/s, FMA %.1f GFLOP/s (%s)\n",
+                  threads, bw, fma, isa.c_str());
+    else
+      std::printf("\nceilings measured now (best of before and after the tests): read %.1f GB/s (%s)\n", bw,
+                  be.describe().c_str());
     if (cache) {
       const ExpertCacheOptions& o = cache->options();
       std::printf("\nexpert streaming: budget %s of %s experts (%s), %s I/O via %s, prefetch %s; disk sequential "
