@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
 #if defined(__GLIBC__)
   // Blocks below 64 MiB come from the heap and freed heap memory is kept: by default glibc maps
   // every logits vector (vocab_size floats, ~0.6 MB) afresh and unmaps it when freed, so each
-  // decode step paid page faults for its logits (8 sequences: ~1 ms a step, 2-vCPU VM).
+  // decode step paid page faults for its logits (8 sequences: ~1 ms a step).
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
