@@ -200,6 +200,41 @@ void bm_experts(benchmark::State& st, WeightSet* gu, WeightSet* dn, CpuIsa isa, 
   st.SetLabel("8 x (" + gu->base.w.describe() + " x2, " + dn->base.w.describe() + ")" + (gu->lanes ? ", lanes" : ""));
 }
 
+// A decode step of 8 sequences through one layer's routed experts, as a step of 8 qwen3-30b-a3b
+// sequences routes them (64 choices over 50 distinct experts: 14 with two tokens, 36 with one),
+// swiglu_experts_batch over the rotating copies. GB/s: the 50 experts' bytes.
+void bm_experts_batch(benchmark::State& st, WeightSet* gu, WeightSet* dn, int threads) {
+  gu->ready();
+  dn->ready();
+  set_level(st, cpu_isa_default(), threads);
+  constexpr int kN = 50, kTwo = 14;
+  const int64_t dim = gu->views[0].cols;
+  const auto x = test::randn(size_t(2 * kN * dim), 1);
+  std::vector<float> out(static_cast<size_t>(2 * kN * dim));
+  std::vector<int64_t> T(kN);
+  for (int k = 0; k < kN; ++k) T[size_t(k)] = k % 3 == 0 && k / 3 < kTwo ? 2 : 1;
+  const size_t ng = gu->views.size(), nd = dn->views.size();
+  size_t i = 0;
+  const auto t0 = Clock::now();
+  for (auto _ : st) {
+    const QWeight *g[kN], *u[kN], *d[kN];
+    const float* xs[kN];
+    float* o[kN];
+    for (int k = 0; k < kN; ++k) {
+      g[k] = &gu->views[(i + 2 * size_t(k)) % ng], u[k] = &gu->views[(i + 2 * size_t(k) + 1) % ng];
+      d[k] = &dn->views[(i / 2 + size_t(k)) % nd], xs[k] = x.data() + 2 * k * dim, o[k] = out.data() + 2 * k * dim;
+    }
+    swiglu_experts_batch(kN, g, u, d, xs, T.data(), o);
+    benchmark::DoNotOptimize(out.data());
+    i = (i + 2 * kN) % ng;
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double gbs = double(kN) * double(2 * gu->bytes + dn->bytes) * double(st.iterations()) / s / 1e9;
+  st.counters["GB/s"] = gbs;
+  st.counters["ceil%"] = 100.0 * gbs / (threads == 1 ? g_ceil.bw1 : g_ceil.bw_all);
+  st.SetLabel("50 x (" + gu->base.w.describe() + " x2, " + dn->base.w.describe() + "), 64 tokens, lanes");
+}
+
 // Decode's attention over 32 positions and the o projection in one parallel region
 // (attention_project; Qwen3-30B-A3B: 32 query heads, 4 kv heads of 128), wo from the rotating
 // copies. GB/s: wo's bytes.
@@ -296,6 +331,9 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
         benchmark::RegisterBenchmark(("AttentionProject/q4g64lanes/ctx32/" + at).c_str(), bm_attention_project, wo, isa, t)
             ->UseRealTime()->Unit(benchmark::kMicrosecond);
       }
+    for (int t : thread_counts)
+      benchmark::RegisterBenchmark(("ExpertsBatch/q4g64lanes/n50/threads:" + std::to_string(t)).c_str(), bm_experts_batch, gu,
+                                   dn, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
   // Every format at the attention-q shape (4096 x 2048).
   struct Fmt { const char* name; test::OwnedWeight (*make)(); };
@@ -337,6 +375,15 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
     for (int t : thread_counts)
       benchmark::RegisterBenchmark(("Matmul/q4g64/expert_gate_up/T:" + std::to_string(T) + "/threads:" + std::to_string(t)).c_str(),
                                    bm_matmul, keep[0].get(), T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  // Small batches (a decode step of several sequences) over group-lane weights, as a repacked
+  // resident pack holds them: the attention q and the output head.
+  for (const Shape& s : {Shape{4096, 2048, "attn_q"}, Shape{2048, 4096, "attn_o"}, Shape{151936, 2048, "lm_head"}}) {
+    WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
+    for (int64_t T : {1, 2, 4, 8, 16})
+      for (int t : thread_counts)
+        benchmark::RegisterBenchmark(("Matmul/q4g64lanes/" + std::string(s.what) + "/T:" + std::to_string(T) + "/threads:" + std::to_string(t)).c_str(),
+                                     bm_matmul, ws, T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
   // x prepares at the decode shapes' widths (q / k / v / gate / up: 2048, down: 768, o: 4096).
   for (const Shape& s : {Shape{16, 2048, "x2048"}, Shape{16, 768, "x768"}, Shape{16, 4096, "x4096"}}) {
     WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 12); }, /*lanes=*/true);

@@ -98,6 +98,11 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepItem> items) {
   }
 }
 
+namespace {
+// Rows of logits whose buffer Engine keeps between steps (decode steps of many sequences).
+constexpr int64_t kKeptHeadRows = 64;
+}  // namespace
+
 std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
   const ModelConfig& c = m_.cfg;
   Backend& be = *m_.backend;
@@ -167,7 +172,7 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
   std::vector<int64_t> first(items.size());
   for (size_t i = 0; i < items.size(); ++i) first[i] = items[i].opt.all_logits ? at[i] : at[i + 1] - 1;
   PhaseTimer pt("lm_head");
-  std::vector<float> rows;
+  std::vector<float>& rows = head_rows_;
   for (size_t i0 = 0, i1; i0 < items.size(); i0 = i1) {
     for (i1 = i0 + 1; i1 < items.size() && first[i1] == at[i1];) ++i1;  // item i1's rows follow on
     const int64_t n = at[i1] - first[i0];
@@ -176,11 +181,12 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
       be.logits(m_.lm_head, x.rows_at(first[i0], n), out[i0].data());
       continue;
     }
-    rows.resize(size_t(n * V));
+    if (rows.size() < size_t(n * V)) rows.resize(size_t(n * V));
     be.logits(m_.lm_head, x.rows_at(first[i0], n), rows.data());
     for (size_t i = i0; i < i1; ++i)
       out[i].assign(rows.begin() + (first[i] - first[i0]) * V, rows.begin() + (at[i + 1] - first[i0]) * V);
   }
+  if (rows.size() > size_t(kKeptHeadRows * V)) std::vector<float>().swap(rows);  // a large prefill's
   for (const StepItem& it : items) it.seq->tokens_.insert(it.seq->tokens_.end(), it.ids.begin(), it.ids.end());
   end_step.ok = true;
   return out;

@@ -41,7 +41,8 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 // Batches of at most this many tokens (a decode step of several sequences) run as one matvec
 // per token over each block of kSmallBatchRows rows while it is in cache: the matvec kernels'
 // dots (integer where the CPU has them) with the weights read from memory once, and each
-// token's result bit-identical to its own matvec. Blocks of 256 rows: 32-row blocks spent the
+// token's result bit-identical to its own matvec (up to 4 tokens: two per pass over the rows
+// where the kernels have it, Kernels::matvec_rows_tokens). Blocks of 256 rows: 32-row blocks spent the
 // gain on per-call overhead (8 sequences on 2 threads: 1.08x one sequence's t/s; 128 rows:
 // 1.29x; 256: ~1.4x); the float matmul (decode each row once, T float dots) was slower than
 // one sequence at every T up to 8.
@@ -129,6 +130,17 @@ void attention(const float* q, const float* k, const float* v, int64_t n_ctx, in
 // attention() over its own context.
 void attention_causal(const float* q, const float* k, const float* v, int64_t T, int64_t len0, int64_t window,
                       int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t v_dim, float scale, float* out);
+
+// attention_causal of several sequences (a decode step of many) in one parallel region: sequence
+// i's T[i] queries q[i] over its own cache k[i], v[i] of len0[i] positions before them, into
+// out[i]; the same bits as attention_causal per sequence, without a region each.
+struct CausalSeq {
+  const float *q, *k, *v;
+  int64_t T, len0;
+  float* out;
+};
+void attention_causal_seqs(const CausalSeq* seqs, int n, int64_t window, int64_t n_heads, int64_t n_kv_heads,
+                           int64_t head_dim, int64_t v_dim, float scale);
 
 // out[i] *= sigmoid(gate[i]) for i < n: gated attention's output gate (every path's same bits).
 void sigmoid_gate(const float* gate, float* out, int64_t n);

@@ -167,11 +167,12 @@ void gqa_attention_seqs(const GqaSpec& a, const float* x, std::span<const SeqRow
   });
   pt.next("attn.core+o");
   const float scale = 1.0f / std::sqrt(float(a.head_dim));
+  std::vector<CausalSeq> cs(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
     const auto& kv = static_cast<const KvCache&>(*seqs[i].state);
-    attention_causal(q + seqs[i].row0 * qd, kv.k.data(), kv.v.data(), seqs[i].rows, len0[i], a.window, a.n_heads,
-                     a.n_kv_heads, a.head_dim, a.head_dim, scale, att + seqs[i].row0 * qd);
+    cs[i] = {q + seqs[i].row0 * qd, kv.k.data(), kv.v.data(), seqs[i].rows, len0[i], att + seqs[i].row0 * qd};
   }
+  attention_causal_seqs(cs.data(), int(cs.size()), a.window, a.n_heads, a.n_kv_heads, a.head_dim, a.head_dim, scale);
   if (a.gated) sigmoid_gate(gate, att, R * qd);
   matmul(a.wo, att, R, out);
   for (std::vector<float>* v : {&buf.qg, &buf.k, &buf.v, &buf.q, &buf.gate, &buf.att}) release_if_large(*v);

@@ -135,6 +135,12 @@ struct Kernels {
   // px). Disjoint ranges may run at once; layout + all groups give prepare_special's bytes.
   bool (*prepare_layout)(const QWeight& w, const float* x, PreparedX* px);
   bool (*prepare_groups)(const QWeight& w, const float* x, int64_t g0, int64_t g1, PreparedX* px);
+  // Optional (nullptr: matvec_rows per token): y[j][r] for r in [r0, r1) and tokens j < n, x_j
+  // = *px[j] (each prepared by prepare_special for w), each line of codes read once for several
+  // tokens; the same bits as matvec_rows per token. False (nothing written) when w or an x does
+  // not take it.
+  bool (*matvec_rows_tokens)(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
+                             int64_t r1);
 };
 
 // One token's x prepared for w on k's path: its integer path (prepare_special) when it takes w,
@@ -153,6 +159,10 @@ void avx2_words_matvec_rows(const QWeight& w, const PreparedX& px, float* y, int
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 const Kernels& kernels_avx512_vnni();
+// Kernels::matvec_rows_tokens of the Avx512Vnni table (kernels_avx512_vnni_tokens.cpp): 4-bit
+// group-lane weights.
+bool vnni_matvec_rows_tokens(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
+                             int64_t r1);
 
 // Kernels::attend of the Avx2 table (attend_avx2.cpp) and of the AVX-512 tables (attend_avx512.cpp).
 bool attend_avx2(const float* q, int64_t nh, const float* k, const float* v, int64_t n_ctx, int64_t kstride,

@@ -444,7 +444,8 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 namespace moeflux::cpu {
 const Kernels& kernels_avx2() {
   static const Kernels k{L,          avx2_prepare_words, matvec_rows, matmul_rows, decode_row,          dot,
-                         axpy,       add_scaled,         swiglu,      attend_avx2, avx2_prepare_layout, avx2_prepare_groups};
+                         axpy,       add_scaled,         swiglu,      attend_avx2, avx2_prepare_layout, avx2_prepare_groups,
+                         nullptr};
   return k;
 }
 }  // namespace moeflux::cpu

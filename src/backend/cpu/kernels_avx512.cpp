@@ -400,7 +400,9 @@ void matmul_rows(const QWeight& w, const PreparedX& px, float* y, int64_t ldy, i
 
 namespace moeflux::cpu {
 const Kernels& kernels_avx512() {
-  static const Kernels k{L, nullptr, matvec_rows, matmul_rows, decode_row, dot, axpy, add_scaled, swiglu, attend_avx512, nullptr, nullptr};
+  static const Kernels k{L,     nullptr,    matvec_rows, matmul_rows, decode_row, dot,
+                         axpy,  add_scaled, swiglu,      attend_avx512, nullptr,  nullptr,
+                         nullptr};
   return k;
 }
 }  // namespace moeflux::cpu

@@ -330,6 +330,7 @@ const Kernels& kernels_avx512_vnni() {
     Kernels t = kernels_avx512();
     t.prepare_special = prepare_digits;
     t.matvec_rows = matvec_rows;
+    t.matvec_rows_tokens = vnni_matvec_rows_tokens;
     return t;
   }();
   return k;

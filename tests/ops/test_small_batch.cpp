@@ -1,0 +1,118 @@
+// Small batches (matmul of T <= kSmallBatch tokens, a decode step of several sequences) give
+// each token its own matvec's bits at every ISA level, for group-lane weights (which the
+// Avx512Vnni level runs several tokens per pass over, Kernels::matvec_rows_tokens) and natural
+// ones, with a partial last block of groups (768 columns), on 1 and 2 threads; a token with a
+// non-finite value takes the float path alone. Batched experts of two and three tokens in
+// group-lane order give each token its one-token expert's bits, and the attention of several
+// sequences in one region each sequence's own.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_pool.h"
+#include "util/random_weights.h"
+#include "util/test_util.h"
+
+namespace moeflux {
+namespace {
+
+// Row t of matmul(w, x, T) against matvec(w, x_t), at every level and 1 / 2 threads.
+void expect_tokens_as_matvec(const QWeight& w, const std::vector<float>& x, int64_t T, const char* what) {
+  for (CpuIsa isa : test::cpu_isas_available())
+    for (int threads : {1, 2}) {
+      ScopedCpuIsa scoped(isa);
+      set_cpu_threads(threads);
+      std::vector<float> y(size_t(T * w.rows), NAN);
+      matmul(w, x.data(), T, y.data());
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> one(size_t(w.rows), NAN);
+        matvec(w, x.data() + t * w.cols, one.data());
+        const std::vector<float> row(y.begin() + t * w.rows, y.begin() + (t + 1) * w.rows);
+        EXPECT_EQ(test::first_difference(row, one), -1)
+            << what << " T " << T << " token " << t << " isa " << cpu_isa_name(isa) << " threads " << threads;
+      }
+    }
+  set_cpu_threads(0);
+}
+
+TEST(SmallBatch, EachTokenGetsItsMatvecBits) {
+  const test::OwnedWeight q = test::random_affine(300, 2048, 4, 64, DType::BF16, 11);
+  const test::OwnedWeight down = test::random_affine(261, 768, 4, 64, DType::BF16, 12);
+  const test::OwnedWeight q_lanes = test::in_group_lanes(q), down_lanes = test::in_group_lanes(down);
+  for (int64_t T : {int64_t(2), int64_t(3), int64_t(5), int64_t(8), kSmallBatch}) {
+    const auto x = test::randn(size_t(T * 2048), uint32_t(20 + T)), xd = test::randn(size_t(T * 768), uint32_t(40 + T));
+    expect_tokens_as_matvec(q.w, x, T, "natural 2048");
+    expect_tokens_as_matvec(q_lanes.w, x, T, "lanes 2048");
+    expect_tokens_as_matvec(down_lanes.w, xd, T, "lanes 768");
+  }
+}
+
+TEST(SmallBatch, ANonFiniteTokenTakesTheFloatPathAlone) {
+  const test::OwnedWeight w = test::in_group_lanes(test::random_affine(64, 2048, 4, 64, DType::BF16, 13));
+  auto x = test::randn(size_t(4 * 2048), 14);
+  x[size_t(2 * 2048 + 100)] = INFINITY;
+  expect_tokens_as_matvec(w.w, x, 4, "inf in token 2");
+}
+
+TEST(SmallBatch, ExpertsOfSeveralTokensGiveEachTokenItsBits) {
+  const int64_t hidden = 768, dim = 2048;
+  const test::OwnedWeight g = test::in_group_lanes(test::random_affine(hidden, dim, 4, 64, DType::BF16, 15));
+  const test::OwnedWeight u = test::in_group_lanes(test::random_affine(hidden, dim, 4, 64, DType::BF16, 16));
+  const test::OwnedWeight d = test::in_group_lanes(test::random_affine(dim, hidden, 4, 64, DType::BF16, 17));
+  const QWeight *gp = &g.w, *up = &u.w, *dp = &d.w;
+  for (int64_t T : {int64_t(2), int64_t(3)}) {
+    const auto x = test::randn(size_t(T * dim), uint32_t(18 + T));
+    for (CpuIsa isa : test::cpu_isas_available()) {
+      ScopedCpuIsa scoped(isa);
+      std::vector<float> y(size_t(T * dim), NAN);
+      const float* xp = x.data();
+      float* yp = y.data();
+      swiglu_experts_batch(1, &gp, &up, &dp, &xp, &T, &yp);
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> one(size_t(dim), NAN);
+        const int64_t one_token = 1;
+        const float* xt = x.data() + t * dim;
+        float* ot = one.data();
+        swiglu_experts_batch(1, &gp, &up, &dp, &xt, &one_token, &ot);
+        const std::vector<float> row(y.begin() + t * dim, y.begin() + (t + 1) * dim);
+        EXPECT_EQ(test::first_difference(row, one), -1) << "T " << T << " token " << t << " isa " << cpu_isa_name(isa);
+      }
+    }
+  }
+}
+
+// A decode step's attention over several sequences' caches in one region gives each sequence
+// attention_causal's bits, for contexts of different lengths and a prefill chunk among them.
+TEST(SmallBatch, AttentionOfSeveralSequencesIsPerSequence) {
+  const int64_t n_heads = 8, n_kv = 2, hd = 64, qd = n_heads * hd, kd = n_kv * hd;
+  const int64_t T[3] = {1, 3, 1}, len0[3] = {0, 17, 40};
+  std::vector<std::vector<float>> q, k, v, alone, together;
+  std::vector<CausalSeq> seqs;
+  for (int i = 0; i < 3; ++i) {
+    q.push_back(test::randn(size_t(T[i] * qd), uint32_t(30 + i)));
+    k.push_back(test::randn(size_t((len0[i] + T[i]) * kd), uint32_t(40 + i)));
+    v.push_back(test::randn(size_t((len0[i] + T[i]) * kd), uint32_t(50 + i)));
+    alone.emplace_back(size_t(T[i] * qd), NAN), together.emplace_back(size_t(T[i] * qd), NAN);
+  }
+  for (int i = 0; i < 3; ++i)
+    seqs.push_back(
+        {q[size_t(i)].data(), k[size_t(i)].data(), v[size_t(i)].data(), T[i], len0[i], together[size_t(i)].data()});
+  for (CpuIsa isa : test::cpu_isas_available())
+    for (int threads : {1, 3}) {
+      ScopedCpuIsa scoped(isa);
+      set_cpu_threads(threads);
+      attention_causal_seqs(seqs.data(), 3, 0, n_heads, n_kv, hd, hd, 0.125f);
+      for (int i = 0; i < 3; ++i) {
+        attention_causal(q[size_t(i)].data(), k[size_t(i)].data(), v[size_t(i)].data(), T[i], len0[i], 0, n_heads, n_kv,
+                         hd, hd, 0.125f, alone[size_t(i)].data());
+        EXPECT_EQ(test::first_difference(together[size_t(i)], alone[size_t(i)]), -1)
+            << "sequence " << i << " isa " << cpu_isa_name(isa) << " threads " << threads;
+      }
+    }
+  set_cpu_threads(0);
+}
+
+}  // namespace
+}  // namespace moeflux
