@@ -1,0 +1,180 @@
+// Batcher: the slots, the queue and one step over all busy slots.
+#include "engine/batcher.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace moeflux {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "?";
+}
+
+Batcher::Batcher(Engine& engine, const BatcherOptions& opt) : engine_(engine), opt_(opt) {
+  if (opt.slots < 1) fail("--slots ", opt.slots, ": at least 1");
+  if (opt.prefill_chunk < 1) fail("prefill chunk ", opt.prefill_chunk, ": at least 1");
+  if (opt.max_queue < 1) fail("queue length ", opt.max_queue, ": at least 1");
+  slots_.resize(size_t(opt.slots));
+}
+
+Batcher::~Batcher() { stop(); }
+
+bool Batcher::submit(std::shared_ptr<GenRequest> r) {
+  MF_ASSERT(r);
+  if (r->prompt.empty()) fail("the prompt has no tokens");
+  if (r->max_tokens < 1) fail("max_tokens ", r->max_tokens, ": at least 1");
+  r->sampling.validate();
+  const int64_t V = engine_.model().cfg.vocab_size;
+  for (int32_t t : r->prompt)
+    if (t < 0 || t >= V) fail("token id ", t, " is outside the vocabulary [0, ", V, ")");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.size() >= opt_.max_queue) return false;
+  queue_.push_back(std::move(r));
+  cv_.notify_one();
+  return true;
+}
+
+void Batcher::admit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Slot& s : slots_) {
+    if (s.req || queue_.empty()) continue;
+    s.req = std::move(queue_.front());
+    queue_.pop_front();
+    if (!s.seq) s.seq = engine_.new_sequence();
+    s.seq->reset();
+    s.sampler = std::make_unique<Sampler>(s.req->sampling);
+    s.fed = 0, s.generated = 0;
+    s.history = s.req->prompt;
+    s.pending.clear();
+  }
+  stats_.queued = queue_.size();
+}
+
+void Batcher::finish(Slot& s, FinishReason why, const std::string& error) {
+  const GenUsage usage{int64_t(s.req->prompt.size()), s.generated};
+  std::shared_ptr<GenRequest> req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // stats() reads the slots' occupancy
+    req = std::move(s.req);
+    s.req.reset();
+    ++stats_.finished;
+  }
+  if (req->on_done) req->on_done(why, usage, error);
+}
+
+bool Batcher::step() {
+  admit();
+  for (Slot& s : slots_)
+    if (s.req && s.req->cancel) finish(s, FinishReason::Cancelled);
+  std::vector<StepItem> items;
+  std::vector<Slot*> in_step;
+  const int64_t max_len = engine_.model().cfg.max_seq_len;
+  for (Slot& s : slots_) {
+    if (!s.req) continue;
+    std::span<const int32_t> ids;
+    if (s.fed < s.req->prompt.size()) {
+      const size_t n = std::min(s.req->prompt.size() - s.fed, size_t(opt_.prefill_chunk));
+      ids = std::span<const int32_t>(s.req->prompt).subspan(s.fed, n);
+    } else {
+      ids = s.pending;
+    }
+    if (s.seq->pos() + int64_t(ids.size()) > max_len) {  // the context is full
+      finish(s, s.generated > 0 ? FinishReason::Length : FinishReason::Error,
+             s.generated > 0 ? "" : "the prompt does not fit the model's context");
+      continue;
+    }
+    items.push_back(StepItem{s.seq.get(), ids, {.all_logits = false}});
+    in_step.push_back(&s);
+  }
+  if (items.empty()) return false;
+  std::vector<std::vector<float>> logits;
+  try {
+    logits = engine_.step(items);
+  } catch (const std::exception& e) {
+    for (Slot* s : in_step) finish(*s, FinishReason::Error, e.what());
+    return true;
+  }
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  for (size_t i = 0; i < in_step.size(); ++i) {
+    Slot& s = *in_step[i];
+    if (s.fed < s.req->prompt.size()) {
+      s.fed += items[i].ids.size();
+      prompt_tokens += int64_t(items[i].ids.size());
+      if (s.fed < s.req->prompt.size()) continue;  // more prompt next step
+    }
+    const int32_t tok = s.sampler->sample(logits[i], s.history);
+    if (std::find(s.req->stop_ids.begin(), s.req->stop_ids.end(), tok) != s.req->stop_ids.end()) {
+      finish(s, FinishReason::Stop);
+      continue;
+    }
+    ++s.generated, ++generated_tokens;
+    s.history.push_back(tok);
+    if (s.req->on_token && !s.req->on_token(tok)) {
+      finish(s, FinishReason::Cancelled);
+      continue;
+    }
+    if (s.generated >= s.req->max_tokens) {
+      finish(s, FinishReason::Length);
+      continue;
+    }
+    s.pending.assign(1, tok);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.steps, stats_.prompt_tokens += prompt_tokens, stats_.generated_tokens += generated_tokens;
+  return true;
+}
+
+void Batcher::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return bool(s.req); }); };
+      cv_.wait(lock, [&] { return !running_ || !queue_.empty() || busy(); });
+      if (!running_) return;
+    }
+    step();
+  }
+}
+
+void Batcher::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_) return;
+  running_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Batcher::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!running_ && !thread_.joinable()) return;
+    running_ = false;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  for (Slot& s : slots_)
+    if (s.req) finish(s, FinishReason::Cancelled);
+  std::deque<std::shared_ptr<GenRequest>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(queue_);
+  }
+  for (auto& r : left)
+    if (r->on_done) r->on_done(FinishReason::Cancelled, GenUsage{int64_t(r->prompt.size()), 0}, "");
+}
+
+BatcherStats Batcher::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  BatcherStats s = stats_;
+  s.busy_slots = int(std::count_if(slots_.begin(), slots_.end(), [](const Slot& x) { return bool(x.req); }));
+  s.queued = queue_.size();
+  return s;
+}
+
+}  // namespace moeflux

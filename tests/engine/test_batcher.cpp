@@ -1,0 +1,171 @@
+// Batcher (continuous batching): 16 greedy requests of different prompt lengths and lengths
+// through 4 slots (prompts prefilled in chunks, requests joining as others finish) each get
+// the tokens the same prompt gets alone; the same from 16 threads against a running batcher;
+// the queue bound; cancellation from a callback and from another thread; stop ids; a prompt
+// longer than the context; bad requests.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/batcher.h"
+#include "engine/generate.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "util/test_util.h"
+
+namespace moeflux {
+namespace {
+
+std::unique_ptr<Model> demo() { return load_model(std::string(MOEFLUX_SOURCE_DIR) + "/models/demo-qwen3-moe-q4"); }
+
+// Prompt i: 3 + 7 * i tokens spread over the vocabulary.
+std::vector<int32_t> prompt(int i, int64_t vocab) {
+  std::vector<int32_t> p;
+  for (int j = 0; j < 3 + 7 * i; ++j) p.push_back(int32_t((101 + 977 * j + 31 * i) % vocab));
+  return p;
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  FinishReason why = FinishReason::Error;
+  GenUsage usage;
+  int done = 0;
+};
+
+std::shared_ptr<GenRequest> request(std::vector<int32_t> p, int max_tokens, Outcome& out) {
+  auto r = std::make_shared<GenRequest>();
+  r->prompt = std::move(p);
+  r->max_tokens = max_tokens;
+  r->on_token = [&out](int32_t t) {
+    out.tokens.push_back(t);
+    return true;
+  };
+  r->on_done = [&out](FinishReason why, const GenUsage& u, const std::string&) { out.why = why, out.usage = u, ++out.done; };
+  return r;
+}
+
+TEST(Batcher, SixteenRequestsThroughFourSlotsGetWhatEachGetsAlone) {
+  auto m = demo();
+  Engine engine(*m);
+  Batcher b(engine, BatcherOptions{.slots = 4, .prefill_chunk = 16, .max_queue = 64});
+  std::vector<Outcome> out(16);
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(b.submit(request(prompt(i, m->cfg.vocab_size), 4 + i % 5, out[size_t(i)])));
+  int steps = 0;
+  while (b.step()) ++steps;
+  for (int i = 0; i < 16; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    Session alone(*m);
+    const auto want = greedy_generate(alone, prompt(i, m->cfg.vocab_size), 4 + i % 5);
+    EXPECT_EQ(out[size_t(i)].tokens, want);
+    EXPECT_EQ(out[size_t(i)].done, 1);
+    EXPECT_EQ(out[size_t(i)].why, FinishReason::Length);
+    EXPECT_EQ(out[size_t(i)].usage.prompt_tokens, int64_t(prompt(i, m->cfg.vocab_size).size()));
+    EXPECT_EQ(out[size_t(i)].usage.completion_tokens, 4 + i % 5);
+  }
+  const BatcherStats st = b.stats();
+  EXPECT_EQ(st.finished, 16);
+  EXPECT_EQ(st.busy_slots, 0);
+  EXPECT_EQ(st.steps, steps);
+  EXPECT_LT(steps, 16 * 8);  // requests shared steps
+}
+
+TEST(Batcher, ConcurrentClientsAgainstARunningBatcher) {
+  auto m = demo();
+  Engine engine(*m);
+  Batcher b(engine, BatcherOptions{.slots = 8, .prefill_chunk = 32, .max_queue = 64});
+  b.start();
+  std::vector<std::future<std::vector<int32_t>>> got;
+  for (int i = 0; i < 16; ++i)
+    got.push_back(std::async(std::launch::async, [&, i] {
+      auto done = std::make_shared<std::promise<void>>();
+      auto tokens = std::make_shared<std::vector<int32_t>>();
+      auto r = std::make_shared<GenRequest>();
+      r->prompt = prompt(i, m->cfg.vocab_size);
+      r->max_tokens = 6;
+      r->on_token = [tokens](int32_t t) {
+        tokens->push_back(t);
+        return true;
+      };
+      r->on_done = [done](FinishReason, const GenUsage&, const std::string&) { done->set_value(); };
+      EXPECT_TRUE(b.submit(r));
+      done->get_future().wait();
+      return *tokens;
+    }));
+  for (int i = 0; i < 16; ++i) {
+    Session alone(*m);
+    EXPECT_EQ(got[size_t(i)].get(), greedy_generate(alone, prompt(i, m->cfg.vocab_size), 6)) << "request " << i;
+  }
+  b.stop();
+}
+
+TEST(Batcher, QueueBoundCancellationStopIdsAndErrors) {
+  auto m = demo();
+  Engine engine(*m);
+  Batcher b(engine, BatcherOptions{.slots = 2, .prefill_chunk = 8, .max_queue = 3});
+  const auto p = prompt(2, m->cfg.vocab_size);
+  Session alone(*m);
+  const auto want = greedy_generate(alone, p, 8);
+  // The queue holds three: a fourth is refused until they have joined the slots.
+  std::vector<Outcome> out(4);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b.submit(request(p, 8, out[size_t(i)])));
+  EXPECT_FALSE(b.submit(request(p, 8, out[3])));
+  while (b.step()) {
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[size_t(i)].tokens, want) << "request " << i;
+  EXPECT_EQ(out[3].done, 0);
+
+  // A stop id ends a request before the token is reported.
+  Outcome stopped;
+  auto r_stop = request(p, 8, stopped);
+  r_stop->stop_ids = {want[2]};
+  ASSERT_TRUE(b.submit(r_stop));
+  while (b.step()) {
+  }
+  EXPECT_EQ(stopped.why, FinishReason::Stop);
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>(want.begin(), want.begin() + 2));
+  EXPECT_EQ(stopped.usage.completion_tokens, 2);
+
+  // Cancelled by its callback after two tokens, or from outside; the slot goes to the next.
+  Outcome cb, outside, other;
+  auto r_cb = request(p, 8, cb);
+  r_cb->on_token = [&cb](int32_t t) {
+    cb.tokens.push_back(t);
+    return cb.tokens.size() < 2;
+  };
+  auto r_out = request(p, 8, outside);
+  ASSERT_TRUE(b.submit(r_cb));
+  ASSERT_TRUE(b.submit(r_out));
+  b.step();
+  r_out->cancel = true;
+  ASSERT_TRUE(b.submit(request(prompt(3, m->cfg.vocab_size), 5, other)));
+  while (b.step()) {
+  }
+  EXPECT_EQ(cb.why, FinishReason::Cancelled);
+  EXPECT_EQ(cb.tokens.size(), 2u);
+  EXPECT_EQ(outside.why, FinishReason::Cancelled);
+  EXPECT_EQ(outside.done, 1);
+  EXPECT_EQ(other.why, FinishReason::Length);
+  Session again(*m);
+  EXPECT_EQ(other.tokens, greedy_generate(again, prompt(3, m->cfg.vocab_size), 5));
+
+  // Bad requests are refused at submit; a prompt longer than the context ends in an error.
+  Outcome bad;
+  EXPECT_THROW(b.submit(request({}, 4, bad)), Error);
+  EXPECT_THROW(b.submit(request(p, 0, bad)), Error);
+  EXPECT_THROW(b.submit(request({int32_t(m->cfg.vocab_size)}, 4, bad)), Error);
+  auto hot = request(p, 4, bad);
+  hot->sampling.temperature = -1;
+  EXPECT_THROW(b.submit(hot), Error);
+  Outcome too_long;
+  ASSERT_TRUE(b.submit(request(std::vector<int32_t>(size_t(m->cfg.max_seq_len) + 1, 5), 4, too_long)));
+  while (b.step()) {
+  }
+  EXPECT_EQ(too_long.why, FinishReason::Error);
+  EXPECT_EQ(too_long.done, 1);
+  EXPECT_THROW(Batcher(engine, BatcherOptions{.slots = 0}), Error);
+}
+
+}  // namespace
+}  // namespace moeflux
