@@ -15,6 +15,7 @@ set(LAYER_GROUPS
   "engine/"
   "convert/"
   "text/"
+  "server/"
   "cli/")
 
 function(layer_of path out)

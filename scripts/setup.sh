@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
       nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libpcre2-dev libutf8proc-dev zlib1g-dev libedit-dev liburing-dev
+      libpcre2-dev libutf8proc-dev zlib1g-dev libedit-dev liburing-dev libcpp-httplib-dev
       clang libclang-rt-14-dev llvm)  # clang builds; libFuzzer / sanitizer runtimes; llvm-symbolizer
 missing=()
 for p in "${PKGS[@]}"; do

@@ -13,6 +13,7 @@ Runner register_template(CLI::App& app);
 Runner register_tokenize(CLI::App& app);
 Runner register_run(CLI::App& app);
 Runner register_chat(CLI::App& app);
+Runner register_serve(CLI::App& app);
 Runner register_perplexity(CLI::App& app);
 Runner register_bench(CLI::App& app);
 Runner register_convert(CLI::App& app);

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   add(moeflux::cli::register_tokenize);
   add(moeflux::cli::register_run);
   add(moeflux::cli::register_chat);
+  add(moeflux::cli::register_serve);
   add(moeflux::cli::register_perplexity);
 #endif
   add(moeflux::cli::register_bench);

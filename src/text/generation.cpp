@@ -17,7 +17,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Length of the longest suffix of `text` that is a proper prefix of some stop string.
+}  // namespace
+
 size_t held_suffix(const std::string& text, const std::vector<std::string>& stops) {
   size_t best = 0;
   for (const auto& s : stops)
@@ -28,8 +29,6 @@ size_t held_suffix(const std::string& text, const std::vector<std::string>& stop
       }
   return best;
 }
-
-}  // namespace
 
 GenerateStats generate_text(Session& s, const Tokenizer& tok, std::span<const int32_t> prompt,
                             const GenerateOptions& opt, const std::function<void(const std::string&)>& on_text) {

@@ -39,6 +39,10 @@ struct GenerateStats {
 GenerateStats generate_text(Session& s, const Tokenizer& tok, std::span<const int32_t> prompt,
                             const GenerateOptions& opt, const std::function<void(const std::string&)>& on_text);
 
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: the text
+// a stream holds back until it is known not to start a stop string.
+size_t held_suffix(const std::string& text, const std::vector<std::string>& stops);
+
 // End-of-sequence ids of a model directory: config.json and generation_config.json
 // `eos_token_id` (an int or a list).
 std::vector<int32_t> model_eos_ids(const std::string& model_dir, const ModelConfig& cfg);

@@ -23,6 +23,7 @@ MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_template)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_tokenizer_json)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_pack_manifest)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_routing_profile)
+MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_api_request)
 
 namespace {
 
@@ -41,6 +42,7 @@ const Target kTargets[] = {
     {"fuzz_tokenizer_json", moeflux_fuzz_tokenizer_json, "corpus_tokenizer"},
     {"fuzz_pack_manifest", moeflux_fuzz_pack_manifest, "corpus_pack_manifest"},
     {"fuzz_routing_profile", moeflux_fuzz_routing_profile, "corpus_routing_profile"},
+    {"fuzz_api_request", moeflux_fuzz_api_request, "corpus_api_request"},
 };
 
 void PrintTo(const Target& t, std::ostream* os) { *os << t.name; }

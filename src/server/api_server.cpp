@@ -1,0 +1,263 @@
+// ApiServer: routes, one Call per completion (the Batcher's callbacks fill it on the batcher's
+// thread, the HTTP handler drains it), SSE streaming.
+#include "server/api_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include "core/error.h"
+#include "server/api_request.h"
+#include "text/generation.h"
+#include "tokenizer/stream_decoder.h"
+
+namespace moeflux {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(e.json(), "application/json");
+}
+
+std::atomic<uint64_t> g_ids{0};
+}  // namespace
+
+// One completion in flight: text pieces from the batcher's thread to the HTTP handler's.
+struct ApiServer::Call {
+  explicit Call(const Tokenizer& tok, std::vector<std::string> stops) : dec(tok), stop(std::move(stops)) {}
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> pieces;
+  bool done = false;
+  std::string finish = "length", error;
+  GenUsage usage;
+  std::shared_ptr<GenRequest> req;
+  // Batcher thread only:
+  StreamDecoder dec;
+  std::vector<std::string> stop;
+  std::string pending;  // decoded text held back while it may start a stop string
+  bool stopped = false;
+
+  void push(std::string s) {
+    if (s.empty()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    pieces.push_back(std::move(s));
+    cv.notify_all();
+  }
+  bool on_token(int32_t t) {
+    pending += dec.step(t);
+    for (const auto& s : stop)
+      if (const size_t at = pending.find(s); at != std::string::npos) {
+        push(pending.substr(0, at));
+        pending.clear();
+        stopped = true;
+        return false;  // ends the request
+      }
+    const size_t n = pending.size() - held_suffix(pending, stop);
+    push(pending.substr(0, n));
+    pending.erase(0, n);
+    return true;
+  }
+  void on_done(FinishReason why, const GenUsage& u, const std::string& err) {
+    if (!stopped) push(pending + dec.finish());
+    std::lock_guard<std::mutex> lock(mu);
+    finish = stopped || why == FinishReason::Stop ? "stop" : why == FinishReason::Length ? "length" : finish_reason_name(why);
+    usage = u, error = err, done = true;
+    cv.notify_all();
+  }
+};
+
+ApiServer::ApiServer(const Model& m, const Tokenizer& tok, std::optional<ChatTemplates> templates,
+                     std::vector<int32_t> eos_ids, const ServeOptions& opt)
+    : model_(m),
+      tok_(tok),
+      templates_(std::move(templates)),
+      eos_ids_(std::move(eos_ids)),
+      opt_(opt),
+      engine_(m),
+      batcher_(engine_, opt.batch),
+      http_(std::make_unique<httplib::Server>()) {
+  install_routes();
+}
+
+ApiServer::~ApiServer() { stop(); }
+
+int ApiServer::start() {
+  const int port = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
+  if (port < 0) fail("serve: cannot listen on ", opt_.host, ":", opt_.port, " (in use, or not an address of this machine)");
+  batcher_.start();
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return port;
+}
+
+void ApiServer::stop() {
+  if (http_) http_->stop();
+  if (thread_.joinable()) thread_.join();
+  batcher_.stop();
+}
+
+void ApiServer::install_routes() {
+  httplib::Server& s = *http_;
+  s.new_task_queue = [] { return new httplib::ThreadPool(64); };  // streams hold their thread
+  s.set_payload_max_length(opt_.max_body);
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string what = res.status == 404 ? "no route " + req.method + " " + req.path
+                             : res.status == 413 ? "the request body is too large"
+                                                 : "HTTP " + std::to_string(res.status);
+    send_error(res, ApiError(res.status, what));
+  });
+  auto authorised = [this](const httplib::Request& req, httplib::Response& res) {
+    if (opt_.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + opt_.api_key) return true;
+    ApiError e(401, "missing or incorrect API key (Authorization: Bearer KEY)");
+    send_error(res, e);
+    return false;
+  };
+  s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    const BatcherStats st = batcher_.stats();
+    std::string m;
+    auto line = [&](const char* name, const char* type, double v) {
+      m += std::string("# TYPE ") + name + " " + type + "\n" + name + " " + std::to_string(v) + "\n";
+    };
+    line("moeflux_requests_finished_total", "counter", double(st.finished));
+    line("moeflux_prompt_tokens_total", "counter", double(st.prompt_tokens));
+    line("moeflux_generated_tokens_total", "counter", double(st.generated_tokens));
+    line("moeflux_steps_total", "counter", double(st.steps));
+    line("moeflux_slots_busy", "gauge", double(st.busy_slots));
+    line("moeflux_queue_depth", "gauge", double(st.queued));
+    res.set_content(m, "text/plain; version=0.0.4");
+  });
+  s.Get("/v1/models", [this, authorised](const httplib::Request& req, httplib::Response& res) {
+    if (!authorised(req, res)) return;
+    const Json j = {{"object", "list"},
+                    {"data", Json::array({{{"id", opt_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "moeflux"}}})}};
+    res.set_content(dump(j), "application/json");
+  });
+  for (const bool chat : {true, false}) {
+    s.Post(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat, authorised](const httplib::Request& req,
+                                                                                      httplib::Response& res) {
+      if (!authorised(req, res)) return;
+      try {
+        const CompletionRequest cr = parse_completion_request(req.body, chat);
+        std::string text = cr.prompt;
+        if (chat) {
+          if (!templates_) throw ApiError(400, "this model has no chat template: use /v1/completions");
+          try {
+            text = render_chat(*templates_, cr.messages, cr.tools.is_array() ? cr.tools : Json(), true);
+          } catch (const Error& e) {
+            throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
+          }
+        }
+        std::vector<int32_t> ids = tok_.encode(text);
+        if (ids.empty()) throw ApiError(400, "the prompt is empty", chat ? "messages" : "prompt");
+        const int64_t ctx = model_.cfg.max_seq_len, room = ctx - int64_t(ids.size());
+        if (room < 1)
+          throw ApiError(400, "the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
+                                  std::to_string(ctx), chat ? "messages" : "prompt");
+        auto call = std::make_shared<Call>(tok_, cr.stop);
+        auto r = std::make_shared<GenRequest>();
+        r->prompt = std::move(ids);
+        r->max_tokens = int(std::min<int64_t>(cr.max_tokens.value_or(int(room)), room));
+        r->sampling = cr.sampling;
+        if (r->sampling.seed == 0) r->sampling.seed = std::random_device{}();
+        r->stop_ids = eos_ids_;
+        r->on_token = [call](int32_t t) { return call->on_token(t); };
+        r->on_done = [call](FinishReason why, const GenUsage& u, const std::string& err) { call->on_done(why, u, err); };
+        call->req = r;
+        if (!batcher_.submit(r)) {
+          res.set_header("Retry-After", "1");
+          throw ApiError(503, "all slots are busy and the queue is full; retry later", "", "server_busy");
+        }
+        const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++g_ids);
+        const int64_t created = int64_t(std::time(nullptr));
+        const std::string model = opt_.model_name;
+        if (!cr.stream) {
+          std::unique_lock<std::mutex> lock(call->mu);
+          call->cv.wait(lock, [&] { return call->done; });
+          std::string out;
+          for (auto& p : call->pieces) out += p;
+          if (call->finish == "error") throw ApiError(500, "generation failed: " + call->error, "", "server_error");
+          if (call->finish == "cancelled") throw ApiError(503, "the server is stopping", "", "server_busy");
+          const Json usage = {{"prompt_tokens", call->usage.prompt_tokens}, {"completion_tokens", call->usage.completion_tokens},
+                              {"total_tokens", call->usage.prompt_tokens + call->usage.completion_tokens}};
+          Json choice = {{"index", 0}};
+          if (chat) choice["message"] = {{"role", "assistant"}, {"content", out}};
+          else choice["text"] = out;
+          choice["finish_reason"] = call->finish;
+          const Json j = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
+                          {"model", model}, {"choices", Json::array({choice})}, {"usage", usage}};
+          res.set_content(dump(j), "application/json");
+          return;
+        }
+        const bool include_usage = cr.include_usage;
+        auto chunk = [=](const Json& delta_or_text, const Json& finish) {
+          Json choice = {{"index", 0}};
+          if (chat) choice["delta"] = delta_or_text;
+          else choice["text"] = delta_or_text;
+          choice["finish_reason"] = finish;
+          return "data: " + dump(Json{{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                                      {"created", created}, {"model", model}, {"choices", Json::array({choice})}}) +
+                 "\n\n";
+        };
+        res.set_header("Cache-Control", "no-cache");
+        auto started = std::make_shared<bool>(false);
+        res.set_chunked_content_provider(
+            "text/event-stream",
+            [call, chat, chunk, include_usage, started, id, created, model](size_t, httplib::DataSink& sink) {
+              auto write = [&](const std::string& s) {
+                if (sink.write(s.data(), s.size())) return true;
+                call->req->cancel = true;  // the client is gone: free the slot
+                return false;
+              };
+              if (chat && !*started && !write(chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr))) return false;
+              *started = true;
+              std::deque<std::string> out;
+              bool done = false;
+              {
+                std::unique_lock<std::mutex> lock(call->mu);
+                call->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !call->pieces.empty() || call->done; });
+                out.swap(call->pieces);
+                done = call->done;
+              }
+              for (const auto& p : out)
+                if (!write(chunk(chat ? Json{{"content", p}} : Json(p), nullptr))) return false;
+              if (!done) return true;
+              if (!write(chunk(chat ? Json::object() : Json(""), call->finish))) return false;
+              if (include_usage) {
+                const Json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                                {"created", created}, {"model", model}, {"choices", Json::array()},
+                                {"usage", {{"prompt_tokens", call->usage.prompt_tokens},
+                                           {"completion_tokens", call->usage.completion_tokens},
+                                           {"total_tokens", call->usage.prompt_tokens + call->usage.completion_tokens}}}};
+                if (!write("data: " + dump(u) + "\n\n")) return false;
+              }
+              if (!write("data: [DONE]\n\n")) return false;
+              sink.done();
+              return true;
+            },
+            [call](bool success) {
+              if (!success) call->req->cancel = true;
+            });
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const Error& e) {
+        send_error(res, ApiError(400, e.what()));
+      }
+    });
+  }
+}
+
+}  // namespace moeflux

@@ -1,0 +1,273 @@
+// moeflux serve's ApiServer on the demo model, driven over HTTP (cpp-httplib's client):
+// greedy chat and text completions equal the same prompt generated alone, streamed (SSE) and
+// not; 16 concurrent streaming clients each get their own text; usage; stop strings; the error
+// cases (bad JSON, wrong types, context overflow, API key, oversized body, unknown route);
+// a client that disconnects mid-stream frees its slot.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/generate.h"
+#include "engine/session.h"
+#include "server/api_request.h"
+#include "server/api_server.h"
+#include "text/generation.h"
+#include "util/test_util.h"
+
+namespace moeflux {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const std::string kDemo = std::string(MOEFLUX_SOURCE_DIR) + "/models/demo-qwen3-moe-q4";
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = load_model(kDemo).release();
+    tok_ = new Tokenizer(Tokenizer::load(kDemo));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete tok_;
+  }
+  void start(ServeOptions o = {}) {
+    o.port = 0, o.model_name = "demo";
+    std::optional<ChatTemplates> t;
+    try {
+      t = load_chat_templates(kDemo);
+    } catch (const Error&) {
+    }
+    has_template_ = t.has_value();
+    server_ = std::make_unique<ApiServer>(*model_, *tok_, std::move(t), std::vector<int32_t>{}, o);
+    port_ = server_->start();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  // The text greedy decoding gives for `prompt` (text) alone, n tokens.
+  std::string alone(const std::string& prompt, int n) const {
+    Session s(*model_);
+    const auto ids = greedy_generate(s, tok_->encode(prompt), n);
+    return tok_->decode(ids);
+  }
+  static Model* model_;
+  static Tokenizer* tok_;
+  std::unique_ptr<ApiServer> server_;
+  int port_ = 0;
+  bool has_template_ = false;
+};
+Model* ServerTest::model_ = nullptr;
+Tokenizer* ServerTest::tok_ = nullptr;
+
+// The text of an SSE stream of chunks; usage and [DONE] checked.
+std::string sse_text(const std::string& body, bool chat, Json* usage = nullptr, std::string* finish = nullptr) {
+  std::string text;
+  bool done = false;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const Json j = Json::parse(data);
+    if (j.contains("usage") && usage) *usage = j["usage"];
+    if (j["choices"].empty()) continue;
+    const Json& c = j["choices"][0];
+    if (chat && c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+    if (!chat) text += c["text"].get<std::string>();
+    if (!c["finish_reason"].is_null() && finish) *finish = c["finish_reason"];
+  }
+  EXPECT_TRUE(done) << body;
+  return text;
+}
+
+TEST_F(ServerTest, CompletionsStreamedAndNotEqualGenerationAlone) {
+  start();
+  auto c = client();
+  const std::string prompt = "The jury said that the";
+  const Json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], alone(prompt, 12));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], int64_t(tok_->encode(prompt).size()));
+  Json sb = body;
+  sb["stream"] = true, sb["stream_options"] = {{"include_usage", true}};
+  auto s = c.Post("/v1/completions", sb.dump(), "application/json");
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200);
+  EXPECT_NE(s->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  Json usage;
+  std::string finish;
+  EXPECT_EQ(sse_text(s->body, false, &usage, &finish), alone(prompt, 12));
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(usage["completion_tokens"], 12);
+  // A stop string ends the text before it.
+  const std::string full = alone(prompt, 12);
+  const std::string stop = full.substr(full.size() / 2, 3);
+  Json stopped = body;
+  stopped["stop"] = stop;
+  auto st = c.Post("/v1/completions", stopped.dump(), "application/json");
+  ASSERT_TRUE(st);
+  const Json sj = Json::parse(st->body);
+  EXPECT_EQ(sj["choices"][0]["text"], full.substr(0, full.find(stop)));
+  EXPECT_EQ(sj["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ServerTest, ChatCompletionThroughTheTemplate) {
+  start();
+  if (!has_template_) GTEST_SKIP() << "the demo model has no chat template";
+  auto c = client();
+  const Json msgs = Json::array({{{"role", "user"}, {"content", "Hello"}}});
+  const Json body = {{"model", "demo"}, {"messages", msgs}, {"max_tokens", 8}, {"temperature", 0}};
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string prompt = render_chat(load_chat_templates(kDemo), msgs, nullptr, true);
+  const Json j = Json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], alone(prompt, 8));
+  Json sb = body;
+  sb["stream"] = true;
+  auto s = c.Post("/v1/chat/completions", sb.dump(), "application/json");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(sse_text(s->body, true), alone(prompt, 8));
+}
+
+TEST_F(ServerTest, SixteenConcurrentStreamsEachGetTheirOwnText) {
+  ServeOptions o;
+  o.batch.slots = 8;
+  start(o);
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 16; ++i) prompts.push_back("Number " + std::to_string(i) + " of the county said that");
+  std::vector<std::future<std::string>> got;
+  for (int i = 0; i < 16; ++i)
+    got.push_back(std::async(std::launch::async, [&, i] {
+      auto c = client();
+      const Json body = {{"prompt", prompts[size_t(i)]}, {"max_tokens", 10}, {"temperature", 0}, {"stream", true}};
+      auto r = c.Post("/v1/completions", body.dump(), "application/json");
+      return r && r->status == 200 ? sse_text(r->body, false) : std::string("<failed>");
+    }));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(got[size_t(i)].get(), alone(prompts[size_t(i)], 10)) << "client " << i;
+  EXPECT_EQ(server_->stats().finished, 16);
+}
+
+TEST_F(ServerTest, ErrorsInOpenAIShape) {
+  ServeOptions o;
+  o.api_key = "sekrit";
+  o.max_body = 4096;
+  start(o);
+  auto c = client();
+  httplib::Headers key = {{"Authorization", "Bearer sekrit"}};
+  auto expect_error = [&](const httplib::Result& r, int status, const std::string& needle) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, status) << r->body;
+    const Json j = Json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << r->body;
+    ASSERT_TRUE(j.contains("error")) << r->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << r->body;
+  };
+  expect_error(c.Post("/v1/completions", R"({"prompt": "a"})", "application/json"), 401, "API key");
+  expect_error(c.Post("/v1/completions", httplib::Headers{{"Authorization", "Bearer wrong"}}, R"({"prompt": "a"})",
+                      "application/json"),
+               401, "API key");
+  expect_error(c.Post("/v1/completions", key, "{not json", "application/json"), 400, "not valid JSON");
+  expect_error(c.Post("/v1/completions", key, "[1, 2]", "application/json"), 400, "JSON object");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": 5})", "application/json"), 400, "'prompt'");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "max_tokens": -1})", "application/json"), 400,
+               "max_tokens");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "temperature": "hot"})", "application/json"), 400,
+               "temperature");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "n": 2})", "application/json"), 400, "'n'");
+  expect_error(c.Post("/v1/chat/completions", key, R"({"messages": []})", "application/json"), 400, "messages");
+  expect_error(c.Post("/v1/chat/completions", key, R"({"messages": [{"role": "wizard", "content": "x"}]})",
+                      "application/json"),
+               400, "role");
+  expect_error(c.Post("/v1/completions", key, std::string(8192, ' '), "application/json"), 413, "too large");
+  expect_error(c.Get("/v1/nothing", key), 404, "no route");
+  auto ok = c.Get("/v1/models", key);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(Json::parse(ok->body)["data"][0]["id"], "demo");
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("moeflux_slots_busy"), std::string::npos);
+}
+
+TEST_F(ServerTest, ContextOverflowIsA400) {
+  start();
+  auto c = client();
+  std::string words;
+  for (int64_t i = 0; i < model_->cfg.max_seq_len + 10; ++i) words += " jury";
+  const Json body = {{"prompt", words}, {"max_tokens", 4}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("context"), std::string::npos);
+}
+
+TEST_F(ServerTest, ADisconnectedStreamFreesItsSlot) {
+  ServeOptions o;
+  o.batch.slots = 1;
+  start(o);
+  {
+    auto c = client();
+    int chunks = 0;
+    const Json body = {{"prompt", "The jury said that the"}, {"max_tokens", 2000}, {"temperature", 0}, {"stream", true}};
+    httplib::Request req;
+    req.method = "POST", req.path = "/v1/completions", req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };  // hang up
+    c.send(req);
+  }
+  // The one slot is free again: a second request completes; the first stopped early.
+  auto c = client();
+  const Json body = {{"prompt", "The jury said that the"}, {"max_tokens", 4}, {"temperature", 0}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["choices"][0]["text"], alone("The jury said that the", 4));
+  EXPECT_EQ(server_->stats().finished, 2);
+  EXPECT_LT(server_->stats().generated_tokens, 500);  // not the 2000 asked for
+}
+
+TEST(ApiRequest, ParsesWhatOpenAIClientsSend) {
+  const CompletionRequest r = parse_completion_request(
+      R"({"model": "m", "messages": [{"role": "developer", "content": [{"type": "text", "text": "be"}, {"type": "text", "text": " brief"}]},
+          {"role": "user", "content": "hi"}, {"role": "assistant", "content": null, "tool_calls": []}],
+          "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "stop": ["x", "y"], "seed": 3,
+          "stream": true, "stream_options": {"include_usage": true}, "logprobs": false, "n": 1})",
+      true);
+  EXPECT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[0]["content"], "be brief");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(r.sampling.seed, 3u);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "logprobs": true})", false), ApiError);
+  EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "stop": ["", "b"]})", false), ApiError);
+  EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]})", false), ApiError);
+  EXPECT_EQ(parse_completion_request(R"({"prompt": ["one"]})", false).prompt, "one");
+}
+
+}  // namespace
+}  // namespace moeflux
