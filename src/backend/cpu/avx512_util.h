@@ -146,9 +146,7 @@ inline int64_t start_rows(const QWeight& w, int64_t r, int64_t stride, const flo
                           __m512* bias, const uint32_t** q) {
   const int64_t ng = w.cols / w.group_size, sn = ng + 2 * L, words = w.cols * w.bits / 32;
   const int64_t sbytes = ng * int64_t(sizeof(uint16_t)) * (S == DType::F32 ? 2 : 1);
-  if (stride == 1) prefetch_row_params(w, r + matvec_params_ahead(), R, size_t(sbytes));
-  else
-    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + matvec_params_ahead(), 1, size_t(sbytes));
+  prefetch_block_params(w, r, R, stride, size_t(sbytes));
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     bias[i] = row_scales_bias<S>(w, r + i * stride, sbytes, gsum, dx, sb + i * sn);

@@ -8,6 +8,7 @@
 
 #include "core/aligned.h"
 #include "core/dtype.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/group_lanes.h"
 #include "format/qweight.h"
 
@@ -185,6 +186,14 @@ inline void prefetch_row_params(const QWeight& w, int64_t r, int64_t n, size_t r
     __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w.scales) + off), 0, 3);
     __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w.biases) + off), 0, 3);
   }
+}
+
+// prefetch_row_params for the rows matvec_params_ahead() past each of the R rows r + i * stride
+// of a block.
+inline void prefetch_block_params(const QWeight& w, int64_t r, int R, int64_t stride, size_t row_bytes) {
+  if (stride == 1) prefetch_row_params(w, r + matvec_params_ahead(), R, row_bytes);
+  else
+    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + matvec_params_ahead(), 1, row_bytes);
 }
 
 // Scratch that lives per thread and only grows (row buffers, per-row scales).

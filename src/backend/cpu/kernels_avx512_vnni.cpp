@@ -230,9 +230,7 @@ void lanes_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
   constexpr int C = R == 1 ? 2 : 1;
   const int64_t ng = w.cols / w.group_size, wg = w.group_size / 8, words = w.cols / 8;
   const int64_t sbytes = ng * int64_t(dtype_size(S));
-  if (stride == 1) prefetch_row_params(w, r + matvec_params_ahead(), R, size_t(sbytes));
-  else
-    for (int i = 0; i < R; ++i) prefetch_row_params(w, r + i * stride + matvec_params_ahead(), 1, size_t(sbytes));
+  prefetch_block_params(w, r, R, stride, size_t(sbytes));
   const int64_t ahead = prefetch_distance(words * 4, R, stride);
   const __m512i m = _mm512_set1_epi8(0x0f);
   const uint32_t* q[R];
