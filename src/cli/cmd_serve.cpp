@@ -28,7 +28,8 @@ struct ServeArgs : GenArgs {
 
 Runner register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and text completions, streaming)");
+  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and text completions, streaming); the "
+                                          "sampling options are the defaults of requests that leave them out");
   add_gen_options(sub, *a);
   sub->add_option("--host", a->serve.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", a->serve.port, "Port to listen on (0: any free port, printed)")
@@ -55,6 +56,8 @@ Runner register_serve(CLI::App& app) {
     double load_s = 0;
     auto model = a->load(&load_s);
     ServeOptions o = a->serve;
+    o.sampling = a->options({}).sampling;  // the sampling options: defaults for what requests leave out
+    o.seeded = a->seed >= 0;  // else a random seed per request
     if (o.model_name.empty()) o.model_name = std::filesystem::path(a->model).lexically_normal().filename().string();
     if (o.model_name.empty()) o.model_name = "model";
     ApiServer server(*model, tok, std::move(templates), model_eos_ids(a->model, model->cfg), o);

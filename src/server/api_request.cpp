@@ -49,7 +49,13 @@ std::string content_text(const Json& c, size_t i) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(std::string_view body, bool chat) {
+SamplingParams openai_sampling_defaults() {
+  SamplingParams p;
+  p.temperature = 1.0f, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
+  return p;
+}
+
+CompletionRequest parse_completion_request(std::string_view body, bool chat, const SamplingParams& defaults) {
   Json j;
   try {
     j = Json::parse(body);
@@ -59,8 +65,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
   CompletionRequest r;
   r.chat = chat;
-  r.sampling = SamplingParams{};
-  r.sampling.temperature = 1.0f, r.sampling.top_k = 0, r.sampling.top_p = 1.0f, r.sampling.min_p = 0.0f;  // OpenAI's defaults
+  r.sampling = defaults;
   if (const Json* m = field(j, "model")) {
     if (!m->is_string()) throw ApiError(400, "'model' must be a string", "model");
     r.model = m->get<std::string>();
@@ -103,8 +108,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
   if (const Json* v = field(j, "presence_penalty")) r.sampling.presence_penalty = float(number(*v, "presence_penalty", -2, 2));
   if (const Json* v = field(j, "frequency_penalty"))
     r.sampling.frequency_penalty = float(number(*v, "frequency_penalty", -2, 2));
-  r.sampling.seed = 0;
-  if (const Json* v = field(j, "seed")) r.sampling.seed = uint64_t(integer(*v, "seed", INT64_MIN, INT64_MAX));
+  if (const Json* v = field(j, "seed")) r.sampling.seed = uint64_t(integer(*v, "seed", INT64_MIN, INT64_MAX)), r.seeded = true;
   if (const Json* v = field(j, "stop")) {
     if (v->is_string()) r.stop.push_back(v->get<std::string>());
     else if (v->is_array() && v->size() <= 4) {

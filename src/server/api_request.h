@@ -33,10 +33,15 @@ struct CompletionRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
+  bool seeded = false;  // the request gave a seed
 };
 
+// OpenAI's sampling defaults: temperature 1, top_p 1, no top-k, min-p or penalties.
+SamplingParams openai_sampling_defaults();
+
 // Parses a request body; ApiError (400) naming the field for anything malformed or out of range,
-// and for what this server does not do (n > 1, logprobs).
-CompletionRequest parse_completion_request(std::string_view body, bool chat);
+// and for what this server does not do (n > 1, logprobs). Fields not given keep `defaults`.
+CompletionRequest parse_completion_request(std::string_view body, bool chat,
+                                           const SamplingParams& defaults = openai_sampling_defaults());
 
 }  // namespace moeflux

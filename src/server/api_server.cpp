@@ -151,7 +151,7 @@ void ApiServer::install_routes() {
                                                                                       httplib::Response& res) {
       if (!authorised(req, res)) return;
       try {
-        const CompletionRequest cr = parse_completion_request(req.body, chat);
+        const CompletionRequest cr = parse_completion_request(req.body, chat, opt_.sampling);
         std::string text = cr.prompt;
         if (chat) {
           if (!templates_) throw ApiError(400, "this model has no chat template: use /v1/completions");
@@ -172,7 +172,7 @@ void ApiServer::install_routes() {
         r->prompt = std::move(ids);
         r->max_tokens = int(std::min<int64_t>(cr.max_tokens.value_or(int(room)), room));
         r->sampling = cr.sampling;
-        if (r->sampling.seed == 0) r->sampling.seed = std::random_device{}();
+        if (!cr.seeded && !opt_.seeded) r->sampling.seed = std::random_device{}();
         r->stop_ids = eos_ids_;
         r->on_token = [call](int32_t t) { return call->on_token(t); };
         r->on_done = [call](FinishReason why, const GenUsage& u, const std::string& err) { call->on_done(why, u, err); };

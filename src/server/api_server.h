@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/batcher.h"
+#include "server/api_request.h"
 #include "model/model.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -31,6 +32,8 @@ struct ServeOptions {
   std::string model_name;        // what /v1/models lists and responses name
   size_t max_body = 4u << 20;    // bytes
   BatcherOptions batch;
+  SamplingParams sampling = openai_sampling_defaults();  // for the fields a request leaves out
+  bool seeded = false;  // sampling.seed for requests without a seed (else a random one each)
 };
 
 class ApiServer {

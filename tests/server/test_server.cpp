@@ -151,17 +151,19 @@ TEST_F(ServerTest, SixteenConcurrentStreamsEachGetTheirOwnText) {
   ServeOptions o;
   o.batch.slots = 8;
   start(o);
-  std::vector<std::string> prompts;
+  std::vector<std::string> prompts, want;
   for (int i = 0; i < 16; ++i) prompts.push_back("Number " + std::to_string(i) + " of the county said that");
+  for (const auto& p : prompts) want.push_back(alone(p, 10));  // before the clients: one user of the model at a time
   std::vector<std::future<std::string>> got;
   for (int i = 0; i < 16; ++i)
     got.push_back(std::async(std::launch::async, [&, i] {
       auto c = client();
       const Json body = {{"prompt", prompts[size_t(i)]}, {"max_tokens", 10}, {"temperature", 0}, {"stream", true}};
       auto r = c.Post("/v1/completions", body.dump(), "application/json");
-      return r && r->status == 200 ? sse_text(r->body, false) : std::string("<failed>");
+      if (!r) return "<no response: " + httplib::to_string(r.error()) + ">";
+      return r->status == 200 ? sse_text(r->body, false) : "<HTTP " + std::to_string(r->status) + ": " + r->body + ">";
     }));
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(got[size_t(i)].get(), alone(prompts[size_t(i)], 10)) << "client " << i;
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(got[size_t(i)].get(), want[size_t(i)]) << "client " << i;
   EXPECT_EQ(server_->stats().finished, 16);
 }
 
