@@ -41,24 +41,43 @@ bool Batcher::submit(std::shared_ptr<GenRequest> r) {
   return true;
 }
 
+namespace {
+// How many tokens of `prompt` a sequence holding `held` can keep: all of held when it is a proper
+// prefix of the prompt (one token at least must still be fed for the next logits), else none.
+size_t reusable(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt) {
+  if (held.empty() || held.size() >= prompt.size()) return 0;
+  return std::equal(held.begin(), held.end(), prompt.begin()) ? held.size() : 0;
+}
+}  // namespace
+
 void Batcher::admit() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Slot& s : slots_) {
-    if (s.req || queue_.empty()) continue;
+  while (!queue_.empty()) {
+    // The free slot whose state the request can continue the furthest, else the first free one.
+    Slot* best = nullptr;
+    size_t keep = 0;
+    for (Slot& s : slots_) {
+      if (s.req) continue;
+      const size_t k = s.seq ? reusable(s.seq->tokens(), queue_.front()->prompt) : 0;
+      if (!best || k > keep) best = &s, keep = k;
+    }
+    if (!best) break;
+    Slot& s = *best;
     s.req = std::move(queue_.front());
     queue_.pop_front();
     if (!s.seq) s.seq = engine_.new_sequence();
-    s.seq->reset();
+    if (keep == 0) s.seq->reset();
     s.sampler = std::make_unique<Sampler>(s.req->sampling);
-    s.fed = 0, s.generated = 0;
+    s.fed = s.cached = keep, s.generated = 0;
     s.history = s.req->prompt;
     s.pending.clear();
+    stats_.cached_tokens += int64_t(keep);
   }
   stats_.queued = queue_.size();
 }
 
 void Batcher::finish(Slot& s, FinishReason why, const std::string& error) {
-  const GenUsage usage{int64_t(s.req->prompt.size()), s.generated};
+  const GenUsage usage{int64_t(s.req->prompt.size()), s.generated, int64_t(s.cached)};
   std::shared_ptr<GenRequest> req;
   {
     std::lock_guard<std::mutex> lock(mu_);  // stats() reads the slots' occupancy

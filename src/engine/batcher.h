@@ -3,7 +3,10 @@
 // and Sampler: a step carries the next decode token of every decoding request and a prompt chunk
 // of at most `prefill_chunk` tokens of each prefilling one, so that long prompts do not starve
 // running decodes. Requests join between steps from a bounded queue; a finished, stopped or
-// cancelled request frees its slot at once.
+// cancelled request frees its slot at once. A slot keeps its sequence after its request ends:
+// a request whose prompt extends the tokens a free slot holds (the next turn of a chat: the
+// previous prompt, the answer, the new message) continues that state and prefills only the
+// rest (the recurrent state of hybrid models included).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -26,6 +29,7 @@ const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled
 
 struct GenUsage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens a slot already held (not prefilled again)
 };
 
 struct GenRequest {
@@ -48,6 +52,7 @@ struct BatcherOptions {
 
 struct BatcherStats {
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, finished = 0;
+  int64_t cached_tokens = 0;  // prompt tokens reused from a slot's state
   int busy_slots = 0;
   size_t queued = 0;
 };
@@ -78,7 +83,8 @@ class Batcher {
     std::shared_ptr<GenRequest> req;
     std::unique_ptr<Sequence> seq;
     std::unique_ptr<Sampler> sampler;
-    size_t fed = 0;                 // prompt tokens fed so far
+    size_t fed = 0;                 // prompt tokens fed so far (or held from before: cached)
+    size_t cached = 0;              // prompt tokens the sequence held when the request joined
     std::vector<int32_t> history;   // prompt + generated, for the penalties
     std::vector<int32_t> pending;   // the sampled token to feed next (decode)
     int64_t generated = 0;

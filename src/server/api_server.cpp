@@ -136,6 +136,7 @@ void ApiServer::install_routes() {
     line("moeflux_prompt_tokens_total", "counter", double(st.prompt_tokens));
     line("moeflux_generated_tokens_total", "counter", double(st.generated_tokens));
     line("moeflux_steps_total", "counter", double(st.steps));
+    line("moeflux_cached_prompt_tokens_total", "counter", double(st.cached_tokens));
     line("moeflux_slots_busy", "gauge", double(st.busy_slots));
     line("moeflux_queue_depth", "gauge", double(st.queued));
     res.set_content(m, "text/plain; version=0.0.4");
@@ -192,7 +193,8 @@ void ApiServer::install_routes() {
           if (call->finish == "error") throw ApiError(500, "generation failed: " + call->error, "", "server_error");
           if (call->finish == "cancelled") throw ApiError(503, "the server is stopping", "", "server_busy");
           const Json usage = {{"prompt_tokens", call->usage.prompt_tokens}, {"completion_tokens", call->usage.completion_tokens},
-                              {"total_tokens", call->usage.prompt_tokens + call->usage.completion_tokens}};
+                              {"total_tokens", call->usage.prompt_tokens + call->usage.completion_tokens},
+                              {"prompt_tokens_details", {{"cached_tokens", call->usage.cached_tokens}}}};
           Json choice = {{"index", 0}};
           if (chat) choice["message"] = {{"role", "assistant"}, {"content", out}};
           else choice["text"] = out;
@@ -241,7 +243,8 @@ void ApiServer::install_routes() {
                                 {"created", created}, {"model", model}, {"choices", Json::array()},
                                 {"usage", {{"prompt_tokens", call->usage.prompt_tokens},
                                            {"completion_tokens", call->usage.completion_tokens},
-                                           {"total_tokens", call->usage.prompt_tokens + call->usage.completion_tokens}}}};
+                                           {"total_tokens", call->usage.prompt_tokens + call->usage.completion_tokens},
+                                           {"prompt_tokens_details", {{"cached_tokens", call->usage.cached_tokens}}}}}};
                 if (!write("data: " + dump(u) + "\n\n")) return false;
               }
               if (!write("data: [DONE]\n\n")) return false;
