@@ -3,6 +3,7 @@
 #include "server/api_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -30,6 +31,13 @@ void send_error(httplib::Response& res, const ApiError& e) {
 }
 
 std::atomic<uint64_t> g_ids{0};
+
+// cpp-httplib listens with a backlog of 5: a burst of clients overflows it and some of their
+// connections are dropped. The listening socket is widened after the bind.
+class Http : public httplib::Server {
+ public:
+  void widen_backlog(int n) { ::listen(svr_sock_, n); }
+};
 }  // namespace
 
 // One completion in flight: text pieces from the batcher's thread to the HTTP handler's.
@@ -86,7 +94,7 @@ ApiServer::ApiServer(const Model& m, const Tokenizer& tok, std::optional<ChatTem
       opt_(opt),
       engine_(m),
       batcher_(engine_, opt.batch),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(std::make_unique<Http>()) {
   install_routes();
 }
 
@@ -95,6 +103,7 @@ ApiServer::~ApiServer() { stop(); }
 int ApiServer::start() {
   const int port = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
   if (port < 0) fail("serve: cannot listen on ", opt_.host, ":", opt_.port, " (in use, or not an address of this machine)");
+  static_cast<Http&>(*http_).widen_backlog(SOMAXCONN);
   batcher_.start();
   thread_ = std::thread([this] { http_->listen_after_bind(); });
   return port;
@@ -110,6 +119,8 @@ void ApiServer::install_routes() {
   httplib::Server& s = *http_;
   s.new_task_queue = [] { return new httplib::ThreadPool(64); };  // streams hold their thread
   s.set_payload_max_length(opt_.max_body);
+  s.set_read_timeout(60, 0);  // a slow or busy client is not cut off after 5 s
+  s.set_write_timeout(60, 0);
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const std::string what = res.status == 404 ? "no route " + req.method + " " + req.path
