@@ -2,6 +2,7 @@
 #include "engine/batcher.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -49,6 +50,25 @@ size_t reusable(const std::vector<int32_t>& held, const std::vector<int32_t>& pr
   return std::equal(held.begin(), held.end(), prompt.begin()) ? held.size() : 0;
 }
 }  // namespace
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int n_top) {
+  float m = -INFINITY;
+  for (float v : logits) m = std::max(m, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - m);
+  const float lse = m + float(std::log(sum));
+  TokenLogprobs t;
+  t.token = token;
+  t.logprob = logits[size_t(token)] - lse;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  const size_t n = std::min(size_t(std::max(0, n_top)), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + long(n), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < n; ++i) t.top.emplace_back(ids[i], logits[size_t(ids[i])] - lse);
+  return t;
+}
 
 void Batcher::admit() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -128,6 +148,8 @@ bool Batcher::step() {
       prompt_tokens += int64_t(items[i].ids.size());
       if (s.fed < s.req->prompt.size()) continue;  // more prompt next step
     }
+    std::vector<float> raw;  // the logits before the sampler transforms them in place
+    if (s.req->logprobs >= 0) raw = logits[i];
     const int32_t tok = s.sampler->sample(logits[i], s.history);
     if (std::find(s.req->stop_ids.begin(), s.req->stop_ids.end(), tok) != s.req->stop_ids.end()) {
       finish(s, FinishReason::Stop);
@@ -135,6 +157,7 @@ bool Batcher::step() {
     }
     ++s.generated, ++generated_tokens;
     s.history.push_back(tok);
+    if (s.req->logprobs >= 0 && s.req->on_logprobs) s.req->on_logprobs(token_logprobs(raw, tok, s.req->logprobs));
     if (s.req->on_token && !s.req->on_token(tok)) {
       finish(s, FinishReason::Cancelled);
       continue;

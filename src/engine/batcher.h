@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,14 @@ struct GenUsage {
   int64_t cached_tokens = 0;  // prompt tokens a slot already held (not prefilled again)
 };
 
+// The log-probabilities of a generated token under the model (log-softmax of its logits, before
+// any sampling transform) and of the most likely tokens.
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // the `logprobs` most likely, most likely first
+};
+
 struct GenRequest {
   std::vector<int32_t> prompt;  // at least one token
   int max_tokens = 16;          // generated tokens at most (> 0)
@@ -39,6 +48,10 @@ struct GenRequest {
   std::vector<int32_t> stop_ids;  // a sampled id among these ends the request (not reported)
   // Each generated token, on the batcher's thread; false cancels the request (client gone).
   std::function<bool(int32_t token)> on_token;
+  // logprobs >= 0: on_logprobs gets each reported token's TokenLogprobs (with `logprobs`
+  // alternatives) just before on_token.
+  int logprobs = -1;
+  std::function<void(const TokenLogprobs&)> on_logprobs;
   // Once, when the request ends; `error` explains FinishReason::Error.
   std::function<void(FinishReason, const GenUsage&, const std::string& error)> on_done;
   std::atomic<bool> cancel{false};  // set from any thread: the request ends at the next step
@@ -56,6 +69,9 @@ struct BatcherStats {
   int busy_slots = 0;
   size_t queued = 0;
 };
+
+// The TokenLogprobs of `token` under `logits` (vocab), with the n_top most likely tokens.
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int n_top);
 
 class Batcher {
  public:

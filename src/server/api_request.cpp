@@ -135,9 +135,19 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat, con
   }
   if (const Json* v = field(j, "n"); v && integer(*v, "n", 1, 1 << 20) != 1)
     throw ApiError(400, "'n' above 1 is not supported", "n");
-  for (const char* name : {"logprobs", "top_logprobs"})
-    if (const Json* v = field(j, name); v && !(v->is_boolean() && !v->get<bool>()))
-      throw ApiError(400, std::string("'") + name + "' is not supported by this server yet", name);
+  if (chat) {
+    const Json* lp = field(j, "logprobs");
+    if (lp && !lp->is_boolean()) throw ApiError(400, "'logprobs' must be a boolean", "logprobs");
+    const bool on = lp && lp->get<bool>();
+    if (const Json* t = field(j, "top_logprobs")) {
+      if (!on) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+      r.logprobs = int(integer(*t, "top_logprobs", 0, 20));
+    } else if (on) {
+      r.logprobs = 0;
+    }
+  } else if (const Json* lp = field(j, "logprobs")) {
+    r.logprobs = int(integer(*lp, "logprobs", 0, 5));
+  }
   return r;
 }
 

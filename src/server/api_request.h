@@ -34,13 +34,15 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
   bool seeded = false;  // the request gave a seed
+  int logprobs = -1;    // >= 0: report each token's logprob with this many alternatives
 };
 
 // OpenAI's sampling defaults: temperature 1, top_p 1, no top-k, min-p or penalties.
 SamplingParams openai_sampling_defaults();
 
 // Parses a request body; ApiError (400) naming the field for anything malformed or out of range,
-// and for what this server does not do (n > 1, logprobs). Fields not given keep `defaults`.
+// and for what this server does not do (n > 1). Chat: logprobs (bool) + top_logprobs (0-20);
+// completions: logprobs (0-5). Fields not given keep `defaults`.
 CompletionRequest parse_completion_request(std::string_view body, bool chat,
                                            const SamplingParams& defaults = openai_sampling_defaults());
 

@@ -32,6 +32,38 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 std::atomic<uint64_t> g_ids{0};
 
+Json utf8_bytes(const std::string& s) {
+  Json b = Json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+// OpenAI's logprobs of lps[from, to): chat {"content": [{token, logprob, bytes, top_logprobs}]},
+// completions {tokens, token_logprobs, top_logprobs: [{token: logprob}]}.
+Json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprobs>& lps, size_t from, size_t to, bool chat) {
+  auto text = [&](int32_t id) { return tok.decode(std::span<const int32_t>(&id, 1)); };
+  if (chat) {
+    Json content = Json::array();
+    for (size_t i = from; i < to; ++i) {
+      Json top = Json::array();
+      for (const auto& [id, lp] : lps[i].top)
+        top.push_back({{"token", text(id)}, {"logprob", lp}, {"bytes", utf8_bytes(text(id))}});
+      const std::string t = text(lps[i].token);
+      content.push_back({{"token", t}, {"logprob", lps[i].logprob}, {"bytes", utf8_bytes(t)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  Json tokens = Json::array(), lp = Json::array(), top = Json::array();
+  for (size_t i = from; i < to; ++i) {
+    tokens.push_back(text(lps[i].token));
+    lp.push_back(lps[i].logprob);
+    Json alts = Json::object();
+    for (const auto& [id, l] : lps[i].top) alts[text(id)] = l;
+    top.push_back(alts);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}};
+}
+
 // cpp-httplib listens with a backlog of 5: a burst of clients overflows it and some of their
 // connections are dropped. The listening socket is widened after the bind.
 class Http : public httplib::Server {
@@ -55,6 +87,9 @@ struct ApiServer::Call {
   std::vector<std::string> stop;
   std::string pending;  // decoded text held back while it may start a stop string
   bool stopped = false;
+  // logprobs: one entry per reported token, the ones not yet streamed from lp_sent on.
+  std::vector<TokenLogprobs> lps;
+  size_t lp_sent = 0;
 
   void push(std::string s) {
     if (s.empty()) return;
@@ -187,6 +222,11 @@ void ApiServer::install_routes() {
         if (!cr.seeded && !opt_.seeded) r->sampling.seed = std::random_device{}();
         r->stop_ids = eos_ids_;
         r->on_token = [call](int32_t t) { return call->on_token(t); };
+        r->logprobs = cr.logprobs;
+        r->on_logprobs = [call](const TokenLogprobs& t) {
+          std::lock_guard<std::mutex> lock(call->mu);
+          call->lps.push_back(t);
+        };
         r->on_done = [call](FinishReason why, const GenUsage& u, const std::string& err) { call->on_done(why, u, err); };
         call->req = r;
         if (!batcher_.submit(r)) {
@@ -209,6 +249,7 @@ void ApiServer::install_routes() {
           Json choice = {{"index", 0}};
           if (chat) choice["message"] = {{"role", "assistant"}, {"content", out}};
           else choice["text"] = out;
+          choice["logprobs"] = cr.logprobs >= 0 ? logprobs_json(tok_, call->lps, 0, call->lps.size(), chat) : Json();
           choice["finish_reason"] = call->finish;
           const Json j = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
                           {"model", model}, {"choices", Json::array({choice})}, {"usage", usage}};
@@ -216,10 +257,11 @@ void ApiServer::install_routes() {
           return;
         }
         const bool include_usage = cr.include_usage;
-        auto chunk = [=](const Json& delta_or_text, const Json& finish) {
+        auto chunk = [=](const Json& delta_or_text, const Json& finish, const Json& logprobs = Json()) {
           Json choice = {{"index", 0}};
           if (chat) choice["delta"] = delta_or_text;
           else choice["text"] = delta_or_text;
+          if (!logprobs.is_null()) choice["logprobs"] = logprobs;
           choice["finish_reason"] = finish;
           return "data: " + dump(Json{{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
                                       {"created", created}, {"model", model}, {"choices", Json::array({choice})}}) +
@@ -229,7 +271,8 @@ void ApiServer::install_routes() {
         auto started = std::make_shared<bool>(false);
         res.set_chunked_content_provider(
             "text/event-stream",
-            [call, chat, chunk, include_usage, started, id, created, model](size_t, httplib::DataSink& sink) {
+            [this, call, chat, chunk, include_usage, started, id, created, model,
+             want_lp = cr.logprobs >= 0](size_t, httplib::DataSink& sink) {
               auto write = [&](const std::string& s) {
                 if (sink.write(s.data(), s.size())) return true;
                 call->req->cancel = true;  // the client is gone: free the slot
@@ -239,14 +282,21 @@ void ApiServer::install_routes() {
               *started = true;
               std::deque<std::string> out;
               bool done = false;
+              Json lp;  // the logprobs of the tokens reported since the last chunk
               {
                 std::unique_lock<std::mutex> lock(call->mu);
                 call->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !call->pieces.empty() || call->done; });
                 out.swap(call->pieces);
                 done = call->done;
+                if (want_lp && call->lp_sent < call->lps.size()) {
+                  lp = logprobs_json(tok_, call->lps, call->lp_sent, call->lps.size(), chat);
+                  call->lp_sent = call->lps.size();
+                }
               }
-              for (const auto& p : out)
-                if (!write(chunk(chat ? Json{{"content", p}} : Json(p), nullptr))) return false;
+              if (out.empty() && !lp.is_null()) out.emplace_back();  // text still held back: the logprobs alone
+              for (size_t k = 0; k < out.size(); ++k)
+                if (!write(chunk(chat ? Json{{"content", out[k]}} : Json(out[k]), nullptr, k == 0 ? lp : Json())))
+                  return false;
               if (!done) return true;
               if (!write(chunk(chat ? Json::object() : Json(""), call->finish))) return false;
               if (include_usage) {

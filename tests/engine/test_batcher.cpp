@@ -5,6 +5,7 @@
 // longer than the context; bad requests.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <future>
 #include <thread>
 
@@ -165,6 +166,38 @@ TEST(Batcher, QueueBoundCancellationStopIdsAndErrors) {
   EXPECT_EQ(too_long.why, FinishReason::Error);
   EXPECT_EQ(too_long.done, 1);
   EXPECT_THROW(Batcher(engine, BatcherOptions{.slots = 0}), Error);
+}
+
+// Logprobs: each reported token's log-softmax under the logits alone gives (the first token's
+// against a Session's own logits), with the most likely tokens, most likely first.
+TEST(Batcher, LogprobsOfEachToken) {
+  auto m = demo();
+  Engine engine(*m);
+  Batcher b(engine, BatcherOptions{.slots = 2, .prefill_chunk = 16, .max_queue = 8});
+  const auto p = prompt(2, m->cfg.vocab_size);
+  Outcome out;
+  auto r = request(p, 4, out);
+  std::vector<TokenLogprobs> lps;
+  r->logprobs = 3;
+  r->on_logprobs = [&lps](const TokenLogprobs& t) { lps.push_back(t); };
+  ASSERT_TRUE(b.submit(r));
+  while (b.step()) {
+  }
+  ASSERT_EQ(lps.size(), 4u);
+  Session alone(*m);
+  const std::vector<float> logits = alone.forward(p, {.all_logits = false});
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - double(logits[size_t(out.tokens[0])]));
+  EXPECT_NEAR(lps[0].logprob, -std::log(sum), 1e-4);
+  for (size_t i = 0; i < lps.size(); ++i) {
+    EXPECT_EQ(lps[i].token, out.tokens[i]);
+    ASSERT_EQ(lps[i].top.size(), 3u);
+    EXPECT_EQ(lps[i].top[0].first, out.tokens[i]);  // greedy: the most likely
+    EXPECT_FLOAT_EQ(lps[i].top[0].second, lps[i].logprob);
+    EXPECT_LE(lps[i].logprob, 0.0f);
+    EXPECT_GE(lps[i].top[0].second, lps[i].top[1].second);
+    EXPECT_GE(lps[i].top[1].second, lps[i].top[2].second);
+  }
 }
 
 // The next turn of a conversation (the previous prompt, the answer, new tokens) continues the

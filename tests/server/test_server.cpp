@@ -173,6 +173,47 @@ TEST_F(ServerTest, ASecondTurnReusesTheFirst) {
   EXPECT_GT(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0) << r2->body;
 }
 
+// logprobs: chat (logprobs + top_logprobs), streamed and not, and completions (logprobs N): one
+// entry per generated token, greedy tokens the most likely of their alternatives.
+TEST_F(ServerTest, Logprobs) {
+  start();
+  auto c = client();
+  if (has_template_) {
+    const Json msgs = Json::array({{{"role", "user"}, {"content", "Hello"}}});
+    const Json body = {{"messages", msgs}, {"max_tokens", 5}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2}};
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const Json j = Json::parse(r->body);
+    const Json& content = j["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(content.size(), 5u) << r->body;
+    for (const Json& e : content) {
+      ASSERT_EQ(e["top_logprobs"].size(), 2u);
+      EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);
+      EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    }
+    Json sb = body;
+    sb["stream"] = true;
+    auto s = c.Post("/v1/chat/completions", sb.dump(), "application/json");
+    ASSERT_TRUE(s);
+    size_t entries = 0;  // one per token, with its alternatives
+    for (size_t p = 0; (p = s->body.find("\"top_logprobs\":[{", p)) != std::string::npos; ++p) ++entries;
+    EXPECT_EQ(entries, 5u) << s->body;
+  }
+  const Json body = {{"prompt", "The jury said"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 3}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json lp = Json::parse(r->body)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 4u);
+  ASSERT_EQ(lp["token_logprobs"].size(), 4u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 4u);
+  EXPECT_LE(lp["top_logprobs"][0].size(), 3u);
+  auto bad = c.Post("/v1/completions", R"({"prompt": "a", "logprobs": 9})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+}
+
 TEST_F(ServerTest, SixteenConcurrentStreamsEachGetTheirOwnText) {
   ServeOptions o;
   o.batch.slots = 8;
@@ -291,7 +332,11 @@ TEST(ApiRequest, ParsesWhatOpenAIClientsSend) {
   EXPECT_EQ(r.sampling.seed, 3u);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
-  EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "logprobs": true})", false), ApiError);
+  EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "logprobs": true})", false), ApiError);  // completions: a count
+  EXPECT_THROW(parse_completion_request(R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})", true),
+               ApiError);  // needs logprobs: true
+  EXPECT_EQ(parse_completion_request(R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true})", true).logprobs,
+            0);
   EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "stop": ["", "b"]})", false), ApiError);
   EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]})", false), ApiError);
   EXPECT_EQ(parse_completion_request(R"({"prompt": ["one"]})", false).prompt, "one");
