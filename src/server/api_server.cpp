@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "server/api_request.h"
+#include "server/chat_page.h"
 #include "text/generation.h"
 #include "tokenizer/stream_decoder.h"
 
@@ -169,6 +170,9 @@ void ApiServer::install_routes() {
     send_error(res, e);
     return false;
   };
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(chat_page_html(), "text/html; charset=utf-8");
+  });
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });

@@ -3,7 +3,7 @@
 // that several route to is read once a step). Endpoints: POST /v1/chat/completions (messages
 // through the model's chat template, tools passed to it), POST /v1/completions, both with SSE
 // streaming (`stream`, `stream_options.include_usage`); GET /v1/models, /health, /metrics
-// (Prometheus text). Errors in OpenAI's error JSON: 400 for bad bodies and context overflow,
+// (Prometheus text), and GET / a chat page (chat_page.cpp). Errors in OpenAI's error JSON: 400 for bad bodies and context overflow,
 // 401 for a missing or wrong key (--api-key), 413 for oversized bodies, 503 (Retry-After) when
 // the queue is full.
 #pragma once

@@ -271,6 +271,12 @@ TEST_F(ServerTest, ErrorsInOpenAIShape) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   EXPECT_EQ(Json::parse(ok->body)["data"][0]["id"], "demo");
+  auto page = c.Get("/");  // the chat page: no key needed to load it; it asks /v1 with the key
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  EXPECT_NE(page->body.find("/v1/chat/completions"), std::string::npos);
+  EXPECT_NE(page->body.find("stream: true"), std::string::npos);
   auto health = c.Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
