@@ -116,13 +116,12 @@ size_t record_extent(const SwiGlu& s, const uint8_t* base) {
   return end;
 }
 
-// w's view with its pointers moved from host `from` to device `to` (same offsets).
-DW moved(DW d, const QWeight& w, const uint8_t* from, const uint8_t* to) {
-  auto mv = [&](const uint8_t* p) { return p ? to + (p - from) : nullptr; };
-  d.data = mv(w.data);
-  d.scales = mv(w.format == WFormat::Fp8Block ? w.block_scales : w.scales);
-  d.biases = mv(w.biases);
-  return d;
+// proto (a view of w's shape) with w's pointers, already on the device.
+DW on_device(DW proto, const QWeight& w) {
+  proto.data = w.data;
+  proto.scales = w.format == WFormat::Fp8Block ? w.block_scales : w.scales;
+  proto.biases = w.biases;
+  return proto;
 }
 
 }  // namespace
@@ -205,9 +204,10 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
       uint8_t* dst = staging + j * extent;
       MF_CUDA(cudaMemcpyAsync(dst, bytes, record_extent(s, base), cudaMemcpyHostToDevice, stream_));
       refs[j].release();  // the pageable copy is staged when the call returns
-      host[size_t(3 * e)] = moved(gate0, s.gate, base, dst);
-      host[size_t(3 * e + 1)] = moved(up0, s.up, base, dst);
-      host[size_t(3 * e + 2)] = moved(down0, s.down, base, dst);
+      const SwiGlu d = rebased(s, base, dst);  // the views at the same offsets of the staged copy
+      host[size_t(3 * e)] = on_device(gate0, d.gate);
+      host[size_t(3 * e + 1)] = on_device(up0, d.up);
+      host[size_t(3 * e + 2)] = on_device(down0, d.down);
     }
     MF_CUDA(cudaMemcpyAsync(table, host.data(), host.size() * sizeof(DW), cudaMemcpyHostToDevice, stream_));
     experts_gate_up(table, fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max, h, stream_);
