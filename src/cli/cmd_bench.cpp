@@ -199,11 +199,11 @@ Runner register_bench(CLI::App& app) {
               pr.pool += ThreadPool::profile(), ThreadPool::set_profiling(false);
               const Backend::StageTimes st = be.stage_times();
               be.set_stage_profiling(false);
-              for (const auto& [name, sec] : st.seconds) {
+              for (const auto& stage : st.seconds) {
                 auto it = std::find_if(pr.stages.seconds.begin(), pr.stages.seconds.end(),
-                                       [&](const auto& p) { return p.first == name; });
-                if (it == pr.stages.seconds.end()) pr.stages.seconds.emplace_back(name, sec);
-                else it->second += sec;
+                                       [&](const auto& p) { return p.first == stage.first; });
+                if (it == pr.stages.seconds.end()) pr.stages.seconds.push_back(stage);
+                else it->second += stage.second;
               }
               pr.stages.launches += st.launches;
             }
