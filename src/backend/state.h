@@ -28,6 +28,10 @@ class LayerState {
   // Called after the caller wrote into the vectors of buffers() (a restore), for a state that
   // keeps its values elsewhere (device memory) and must take them from those vectors.
   virtual void buffers_written() {}
+  // Keeps the first `len` positions (len <= the positions held). False, with the state
+  // unchanged, for a state that cannot go back (a recurrent state: its owner restores a
+  // checkpoint instead).
+  virtual bool truncate(int64_t len) { return false; }
 };
 
 // GQA: keys and values of every position so far.
@@ -37,6 +41,10 @@ class KvCache : public LayerState {
   void clear() override { k.clear(), v.clear(); }
   size_t bytes() const override { return (k.size() + v.size()) * sizeof(float); }
   std::vector<StateBuffer> buffers() override { return {{"k", &k, true}, {"v", &v, true}}; }
+  bool truncate(int64_t len) override {
+    k.resize(size_t(len * n_kv_ * kd_)), v.resize(size_t(len * n_kv_ * vd_));
+    return true;
+  }
   // Cached positions; derived from k so that a restored cache needs nothing else.
   int64_t len() const { return int64_t(k.size()) / (n_kv_ * kd_); }
   std::vector<float> k;  // (len, n_kv_heads, k_dim)
@@ -51,6 +59,10 @@ class LatentCache : public LayerState {
   void clear() override { c.clear(), k_pe.clear(); }
   size_t bytes() const override { return (c.size() + k_pe.size()) * sizeof(float); }
   std::vector<StateBuffer> buffers() override { return {{"c", &c, true}, {"k_pe", &k_pe, true}}; }
+  bool truncate(int64_t len) override {
+    c.resize(size_t(len * rank_)), k_pe.resize(size_t(len * rope_dim_));
+    return true;
+  }
   // Cached positions; derived from c so that a restored cache needs nothing else.
   int64_t len() const { return int64_t(c.size()) / rank_; }
   std::vector<float> c;     // (len, kv_lora_rank), after kv_a_layernorm

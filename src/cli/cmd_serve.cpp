@@ -22,6 +22,7 @@ void on_signal(int) { g_stop.store(true); }
 
 struct ServeArgs : GenArgs {
   ServeOptions serve;
+  size_t cache_mib = 4096;
 };
 
 }  // namespace
@@ -41,6 +42,11 @@ Runner register_serve(CLI::App& app) {
   sub->add_option("--queue", a->serve.batch.max_queue, "Requests waiting beyond the slots before 503")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  sub->add_option("--cache-ram", a->cache_mib,
+                  "MiB of host memory for the prefix cache: the states of earlier conversations that later "
+                  "prompts continue (0: off)")
+      ->check(CLI::Range(size_t(0), size_t(1) << 30))
+      ->capture_default_str();
   sub->add_option("--api-key", a->serve.api_key, "Require Authorization: Bearer KEY on /v1/*");
   sub->add_option("--alias", a->serve.model_name, "Model name in /v1/models and responses (default: the directory's)");
   return [a]() {
@@ -56,15 +62,16 @@ Runner register_serve(CLI::App& app) {
     double load_s = 0;
     auto model = a->load(&load_s);
     ServeOptions o = a->serve;
+    o.batch.cache_bytes = a->cache_mib << 20;
     o.sampling = a->options({}).sampling;  // the sampling options: defaults for what requests leave out
     o.seeded = a->seed >= 0;  // else a random seed per request
     if (o.model_name.empty()) o.model_name = std::filesystem::path(a->model).lexically_normal().filename().string();
     if (o.model_name.empty()) o.model_name = "model";
     ApiServer server(*model, tok, std::move(templates), model_eos_ids(a->model, model->cfg), o);
     const int port = server.start();
-    std::printf("moeflux serve: http://%s:%d  model %s  backend %s  slots %d  context %lld  (loaded in %.1f s)\n",
+    std::printf("moeflux serve: http://%s:%d  model %s  backend %s  slots %d  context %lld  prefix cache %zu MiB  (loaded in %.1f s)\n",
                 o.host.c_str(), port, o.model_name.c_str(), model->backend->describe().c_str(), o.batch.slots,
-                (long long)model->cfg.max_seq_len, load_s);
+                (long long)model->cfg.max_seq_len, a->cache_mib, load_s);
     std::fflush(stdout);
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);

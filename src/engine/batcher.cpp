@@ -2,6 +2,7 @@
 #include "engine/batcher.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
@@ -42,15 +43,6 @@ bool Batcher::submit(std::shared_ptr<GenRequest> r) {
   return true;
 }
 
-namespace {
-// How many tokens of `prompt` a sequence holding `held` can keep: all of held when it is a proper
-// prefix of the prompt (one token at least must still be fed for the next logits), else none.
-size_t reusable(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt) {
-  if (held.empty() || held.size() >= prompt.size()) return 0;
-  return std::equal(held.begin(), held.end(), prompt.begin()) ? held.size() : 0;
-}
-}  // namespace
-
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int n_top) {
   float m = -INFINITY;
   for (float v : logits) m = std::max(m, v);
@@ -71,29 +63,65 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int n
 }
 
 void Batcher::admit() {
-  std::lock_guard<std::mutex> lock(mu_);
-  while (!queue_.empty()) {
-    // The free slot whose state the request can continue the furthest, else the first free one.
-    Slot* best = nullptr;
-    size_t keep = 0;
-    for (Slot& s : slots_) {
-      if (s.req) continue;
-      const size_t k = s.seq ? reusable(s.seq->tokens(), queue_.front()->prompt) : 0;
-      if (!best || k > keep) best = &s, keep = k;
+  for (;;) {
+    std::shared_ptr<GenRequest> r;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const bool free = std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.req; });
+      if (queue_.empty() || !free) break;
+      r = std::move(queue_.front());
+      queue_.pop_front();
     }
-    if (!best) break;
-    Slot& s = *best;
-    s.req = std::move(queue_.front());
-    queue_.pop_front();
-    if (!s.seq) s.seq = engine_.new_sequence();
-    if (keep == 0) s.seq->reset();
-    s.sampler = std::make_unique<Sampler>(s.req->sampling);
-    s.fed = s.cached = keep, s.generated = 0;
-    s.history = s.req->prompt;
-    s.pending.clear();
-    stats_.cached_tokens += int64_t(keep);
+    try {
+      place(r);
+    } catch (const std::exception& e) {  // a state that could not be copied: the request fails alone
+      for (Slot& s : slots_)
+        if (!s.req && s.seq) s.seq->reset();
+      if (r->on_done) r->on_done(FinishReason::Error, GenUsage{int64_t(r->prompt.size()), 0}, e.what());
+    }
   }
+  std::lock_guard<std::mutex> lock(mu_);
   stats_.queued = queue_.size();
+}
+
+namespace {
+// Fewer tokens than this are prefilled again rather than copied to or from the PrefixCache.
+constexpr int64_t kWorthCopying = 16;
+}  // namespace
+
+void Batcher::place(const std::shared_ptr<GenRequest>& r) {
+  if (!cache_) cache_ = std::make_unique<PrefixCache>(opt_.cache_bytes, engine_.new_sequence()->recurrent());
+  const std::vector<int32_t>& prompt = r->prompt;
+  // The free slot whose state serves the most of the prompt; else the emptiest free one.
+  Slot* best = nullptr;
+  int64_t keep = 0, best_held = 0;
+  for (Slot& s : slots_) {
+    if (s.req) continue;
+    const int64_t k = s.seq ? reusable_prefix(s.seq->tokens(), s.seq->checkpoint_positions(), s.seq->recurrent(), prompt) : 0;
+    const int64_t held = s.seq ? s.seq->pos() : 0;
+    if (!best || k > keep || (k == keep && held < best_held)) best = &s, keep = k, best_held = held;
+  }
+  MF_ASSERT(best);
+  Slot& s = *best;
+  if (!s.seq) s.seq = engine_.new_sequence();
+  const int64_t cached = opt_.cache_bytes > 0 ? cache_->find(prompt).tokens : 0;
+  const bool from_cache = cached >= keep + kWorthCopying;
+  // What the slot holds beyond the part it keeps goes to the cache, when worth it.
+  if (opt_.cache_bytes > 0 && s.seq->pos() - (from_cache ? 0 : keep) >= kWorthCopying) cache_->put(s.seq->save());
+  bool hit = false;
+  if (from_cache) {
+    const PrefixCache::Match m = cache_->find(prompt);  // put() may have dropped or replaced it
+    if (m.tokens > keep) s.seq->restore(*m.snapshot), keep = m.tokens, hit = true;
+  }
+  keep = s.seq->rewind(keep);
+  s.sampler = std::make_unique<Sampler>(r->sampling);
+  s.fed = s.cached = size_t(keep), s.generated = 0;
+  s.history = prompt;
+  s.pending.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  s.req = r;
+  stats_.cached_tokens += keep, stats_.cache_hits += hit;
+  stats_.cache_entries = cache_->entries(), stats_.cache_bytes = cache_->bytes();
 }
 
 void Batcher::finish(Slot& s, FinishReason why, const std::string& error) {
@@ -134,12 +162,14 @@ bool Batcher::step() {
   }
   if (items.empty()) return false;
   std::vector<std::vector<float>> logits;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     logits = engine_.step(items);
   } catch (const std::exception& e) {
     for (Slot* s : in_step) finish(*s, FinishReason::Error, e.what());
     return true;
   }
+  const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t prompt_tokens = 0, generated_tokens = 0;
   for (size_t i = 0; i < in_step.size(); ++i) {
     Slot& s = *in_step[i];
@@ -147,6 +177,7 @@ bool Batcher::step() {
       s.fed += items[i].ids.size();
       prompt_tokens += int64_t(items[i].ids.size());
       if (s.fed < s.req->prompt.size()) continue;  // more prompt next step
+      s.seq->checkpoint();  // a turn boundary: where a later prompt may part from this one
     }
     std::vector<float> raw;  // the logits before the sampler transforms them in place
     if (s.req->logprobs >= 0) raw = logits[i];
@@ -170,6 +201,7 @@ bool Batcher::step() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps, stats_.prompt_tokens += prompt_tokens, stats_.generated_tokens += generated_tokens;
+  stats_.step_s += step_s;
   return true;
 }
 

@@ -4,9 +4,11 @@
 // of at most `prefill_chunk` tokens of each prefilling one, so that long prompts do not starve
 // running decodes. Requests join between steps from a bounded queue; a finished, stopped or
 // cancelled request frees its slot at once. A slot keeps its sequence after its request ends:
-// a request whose prompt extends the tokens a free slot holds (the next turn of a chat: the
+// a request whose prompt starts with tokens a free slot holds (the next turn of a chat: the
 // previous prompt, the answer, the new message) continues that state and prefills only the
-// rest (the recurrent state of hybrid models included).
+// rest. A slot's state that another request takes over goes to a host-memory PrefixCache,
+// which serves later prompts the same way. Hybrid models' recurrent state cannot be cut back:
+// a checkpoint at the end of each prompt (a turn boundary) is where they can return to.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 
 namespace moeflux {
@@ -61,11 +64,15 @@ struct BatcherOptions {
   int slots = 4;             // requests stepped together
   int prefill_chunk = 256;   // prompt tokens of one request per step
   size_t max_queue = 64;     // waiting requests beyond the slots
+  size_t cache_bytes = 0;    // the PrefixCache's budget (0: none)
 };
 
 struct BatcherStats {
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, finished = 0;
-  int64_t cached_tokens = 0;  // prompt tokens reused from a slot's state
+  double step_s = 0;  // wall time spent in engine steps
+  int64_t cached_tokens = 0;  // prompt tokens reused from a slot's state or the cache
+  int64_t cache_hits = 0;     // requests that continued a PrefixCache snapshot
+  size_t cache_entries = 0, cache_bytes = 0;
   int busy_slots = 0;
   size_t queued = 0;
 };
@@ -106,6 +113,8 @@ class Batcher {
     int64_t generated = 0;
   };
   void admit();
+  // Puts r into a free slot, continuing the longest state that serves its prompt.
+  void place(const std::shared_ptr<GenRequest>& r);
   void finish(Slot& s, FinishReason why, const std::string& error = {});
   void loop();
 
@@ -115,6 +124,7 @@ class Batcher {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenRequest>> queue_;
+  std::unique_ptr<PrefixCache> cache_;  // batcher thread only
   BatcherStats stats_;
   std::thread thread_;
   bool running_ = false;

@@ -10,53 +10,16 @@
 
 namespace moeflux {
 
-void Sequence::reset() {
-  for (auto& s : states_) s->clear();
-  tokens_.clear();
-  broken_ = false;
-}
-
-size_t Sequence::state_bytes() const {
-  size_t b = 0;
-  for (const auto& s : states_) b += s->bytes();
-  return b;
-}
-
-Sequence::Snapshot Sequence::save() const {
-  Snapshot snap;
-  snap.tokens = tokens_;
-  for (const auto& s : states_) {
-    auto& layer = snap.layers.emplace_back();
-    for (const StateBuffer& b : s->buffers()) layer.push_back(*b.data);
-  }
-  return snap;
-}
-
-void Sequence::restore(const Snapshot& snap) {
-  if (snap.layers.size() != states_.size())
-    fail("restore: the snapshot has ", snap.layers.size(), " layers, the model ", states_.size());
-  for (size_t l = 0; l < states_.size(); ++l) {
-    const auto bufs = states_[l]->buffers();
-    if (bufs.size() != snap.layers[l].size()) fail("restore: layer ", l, " holds another kind of state");
-    for (size_t i = 0; i < bufs.size(); ++i)
-      if (!bufs[i].grows && bufs[i].data->size() != snap.layers[l][i].size())
-        fail("restore: layer ", l, " state '", bufs[i].name, "' has ", snap.layers[l][i].size(), " values, expected ",
-             bufs[i].data->size());
-  }
-  for (size_t l = 0; l < states_.size(); ++l) {
-    const auto bufs = states_[l]->buffers();
-    for (size_t i = 0; i < bufs.size(); ++i) *bufs[i].data = snap.layers[l][i];
-    states_[l]->buffers_written();
-  }
-  tokens_ = snap.tokens;
-  broken_ = false;
-}
-
 Engine::Engine(const Model& m) : m_(m) { MF_ASSERT(m.backend); }
 
 std::unique_ptr<Sequence> Engine::new_sequence() const {
   auto s = std::make_unique<Sequence>();
-  for (const auto& l : m_.layers) s->states_.push_back(l.mixer->make_state(*m_.backend));
+  for (const auto& l : m_.layers) {
+    s->states_.push_back(l.mixer->make_state(*m_.backend));
+    bool fixed = false;
+    for (const StateBuffer& b : s->states_.back()->buffers()) fixed = fixed || !b.grows;
+    s->fixed_.push_back(fixed);
+  }
   return s;
 }
 

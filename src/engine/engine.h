@@ -19,23 +19,54 @@ class Sequence {
   int64_t pos() const { return int64_t(tokens_.size()); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
   void reset();
-  size_t state_bytes() const;
+  size_t state_bytes() const;  // the layers' state and the checkpoints
 
+  // The recurrent (fixed-size) state of a model's layers at one position, so that a sequence of
+  // a hybrid model can go back there: a cache that grows with the sequence (KV, latent) is cut
+  // instead, and needs none.
+  struct Checkpoint {
+    int64_t pos = 0;
+    std::vector<std::vector<std::vector<float>>> layers;  // per layer, its fixed-size buffers
+  };
   // A copy of the whole state (for a later restore into a sequence of the same model).
   struct Snapshot {
     std::vector<int32_t> tokens;
     std::vector<std::vector<std::vector<float>>> layers;  // per layer, per state buffer
+    std::vector<Checkpoint> checkpoints;
+    size_t bytes() const;
   };
   Snapshot save() const;
   // Error when the snapshot was taken from a model of another shape.
   void restore(const Snapshot& s);
 
+  // True when some layer's state cannot be cut back to a shorter sequence (recurrent layers).
+  bool recurrent() const;
+  // Records the recurrent state at pos() (a turn boundary), so that rewind() can come back here;
+  // nothing for a model without recurrent layers. The newest kMaxCheckpoints are kept.
+  static constexpr size_t kMaxCheckpoints = 4;
+  void checkpoint();
+  std::vector<int64_t> checkpoint_positions() const;
+  // Goes back to at most the first n tokens and returns how many it kept: n (or pos() when
+  // shorter), or for a recurrent model the latest checkpoint at or before n, or 0.
+  int64_t rewind(int64_t n);
+
  private:
   friend class Engine;
   std::vector<std::unique_ptr<LayerState>> states_;
+  std::vector<bool> fixed_;  // per layer: its state has fixed-size buffers (made by Engine)
   std::vector<int32_t> tokens_;
+  std::vector<Checkpoint> checkpoints_;  // ascending positions, all <= pos()
   bool broken_ = false;  // the state is out of step with tokens_ (a step failed midway)
 };
+
+// How many of `prompt`'s tokens a state holding `held` can serve (Sequence::rewind then keeps
+// them): their common prefix, at most prompt.size() - 1 (the last prompt token is fed again for
+// its logits); for a recurrent model only all of `held` or a checkpoint position (`marks`).
+int64_t reusable_prefix(std::span<const int32_t> held, std::span<const int64_t> marks, bool recurrent,
+                        std::span<const int32_t> prompt);
+// The same with at most `at_most` tokens (all of `prompt`: prompt.size()).
+int64_t reusable_prefix(std::span<const int32_t> held, std::span<const int64_t> marks, bool recurrent,
+                        std::span<const int32_t> prompt, size_t at_most);
 
 struct ForwardOptions {
   bool all_logits = true;                // false: only the last position's logits

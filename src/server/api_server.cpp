@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "server/api_request.h"
 #include "server/chat_page.h"
+#include "stream/expert_cache.h"
 #include "text/generation.h"
 #include "tokenizer/stream_decoder.h"
 
@@ -187,8 +188,22 @@ void ApiServer::install_routes() {
     line("moeflux_generated_tokens_total", "counter", double(st.generated_tokens));
     line("moeflux_steps_total", "counter", double(st.steps));
     line("moeflux_cached_prompt_tokens_total", "counter", double(st.cached_tokens));
+    line("moeflux_step_seconds_total", "counter", st.step_s);
+    line("moeflux_tokens_per_second", "gauge", st.step_s > 0 ? double(st.prompt_tokens + st.generated_tokens) / st.step_s : 0);
+    line("moeflux_generated_tokens_per_second", "gauge", st.step_s > 0 ? double(st.generated_tokens) / st.step_s : 0);
     line("moeflux_slots_busy", "gauge", double(st.busy_slots));
     line("moeflux_queue_depth", "gauge", double(st.queued));
+    line("moeflux_prefix_cache_hits_total", "counter", double(st.cache_hits));
+    line("moeflux_prefix_cache_entries", "gauge", double(st.cache_entries));
+    line("moeflux_prefix_cache_bytes", "gauge", double(st.cache_bytes));
+    if (const auto* ec = dynamic_cast<const ExpertCache*>(model_.expert_source.get())) {
+      const ExpertCacheStats es = ec->stats();
+      line("moeflux_expert_cache_lookups_total", "counter", double(es.lookups));
+      line("moeflux_expert_cache_hits_total", "counter", double(es.hits));
+      line("moeflux_expert_cache_misses_total", "counter", double(es.misses));
+      line("moeflux_expert_cache_hit_rate", "gauge", es.hit_rate());
+      line("moeflux_expert_cache_resident_bytes", "gauge", double(es.resident_bytes));
+    }
     res.set_content(m, "text/plain; version=0.0.4");
   });
   s.Get("/v1/models", [this, authorised](const httplib::Request& req, httplib::Response& res) {

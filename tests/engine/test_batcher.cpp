@@ -2,7 +2,10 @@
 // through 4 slots (prompts prefilled in chunks, requests joining as others finish) each get
 // the tokens the same prompt gets alone; the same from 16 threads against a running batcher;
 // the queue bound; cancellation from a callback and from another thread; stop ids; a prompt
-// longer than the context; bad requests.
+// longer than the context; bad requests. Prefix reuse: the next turn of a chat prefills only
+// its new tokens (a qwen3_moe model: any common prefix; a hybrid one: all of the slot's tokens
+// or its checkpoint at the end of the previous prompt); a prompt whose slot went to another
+// request continues from the PrefixCache.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +14,7 @@
 
 #include "core/error.h"
 #include "engine/batcher.h"
+#include "engine/engine_cases.h"
 #include "engine/generate.h"
 #include "engine/session.h"
 #include "model/model.h"
@@ -234,6 +238,85 @@ TEST(Batcher, ANextTurnPrefillsOnlyItsNewTokens) {
   EXPECT_EQ(three.usage.cached_tokens, 0);
   Session alone2(*m);
   EXPECT_EQ(three.tokens, greedy_generate(alone2, other, 4));
+}
+
+// Runs the batcher until idle; the outcome of r.
+Outcome run_one(Batcher& b, std::vector<int32_t> p, int max_tokens) {
+  Outcome o;
+  EXPECT_TRUE(b.submit(request(std::move(p), max_tokens, o)));
+  while (b.step()) {
+  }
+  EXPECT_EQ(o.done, 1);
+  return o;
+}
+
+std::vector<int32_t> greedy_alone(const Model& m, const std::vector<int32_t>& p, int n) {
+  Session alone(m);
+  return greedy_generate(alone, p, n);
+}
+
+// One slot: a conversation loses it to another request, and its next turn continues from the
+// PrefixCache (with the cache off: prefilled afresh). The answers are those alone.
+TEST(Batcher, APromptThatLostItsSlotContinuesFromThePrefixCache) {
+  auto m = demo();
+  const int64_t V = m->cfg.vocab_size;
+  for (const size_t cache : {size_t(64) << 20, size_t(0)}) {
+    SCOPED_TRACE("cache bytes " + std::to_string(cache));
+    Engine engine(*m);
+    Batcher b(engine, BatcherOptions{.slots = 1, .prefill_chunk = 16, .max_queue = 8, .cache_bytes = cache});
+    const auto a = prompt(5, V);
+    const Outcome one = run_one(b, a, 4);
+    ASSERT_EQ(one.tokens.size(), 4u);
+    const Outcome other = run_one(b, prompt(6, V), 4);  // takes the slot: a's state goes to the cache
+    EXPECT_EQ(other.usage.cached_tokens, 0);
+    EXPECT_EQ(b.stats().cache_entries, cache ? 1u : 0u);
+    std::vector<int32_t> next = a;
+    next.insert(next.end(), one.tokens.begin(), one.tokens.end() - 1);
+    next.insert(next.end(), {int32_t(17), int32_t(29)});
+    const int64_t prefilled = b.stats().prompt_tokens;
+    const Outcome two = run_one(b, next, 5);
+    EXPECT_EQ(two.usage.cached_tokens, cache ? int64_t(a.size() + 3) : 0);
+    EXPECT_EQ(b.stats().prompt_tokens - prefilled, cache ? 2 : int64_t(next.size()));
+    EXPECT_EQ(b.stats().cache_hits, cache ? 1 : 0);
+    EXPECT_EQ(two.tokens, greedy_alone(*m, next, 5));
+    EXPECT_LE(b.stats().cache_bytes, cache);
+  }
+}
+
+// A hybrid model (GatedDeltaNet layers): its next turn continues all of the slot's tokens; a
+// prompt that parts from them right after the previous prompt returns to the checkpoint taken
+// there; one that parts earlier starts afresh. The answers are those alone.
+TEST(Batcher, AHybridModelsNextTurnContinuesItsRecurrentState) {
+  auto m = test::load("qwen3_next/q4");
+  const auto ids = test::base_ids("qwen3_next/q4", *m);
+  ASSERT_GE(ids.size(), 20u);
+  Engine engine(*m);
+  Batcher b(engine, BatcherOptions{.slots = 1, .prefill_chunk = 16, .max_queue = 8});
+  const std::vector<int32_t> first(ids.begin(), ids.begin() + 12);
+  const Outcome one = run_one(b, first, 5);
+  ASSERT_EQ(one.tokens.size(), 5u);
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), one.tokens.begin(), one.tokens.end() - 1);
+  second.insert(second.end(), {ids[13], ids[15], ids[17]});
+  int64_t prefilled = b.stats().prompt_tokens;
+  const Outcome two = run_one(b, second, 4);
+  EXPECT_EQ(two.usage.cached_tokens, int64_t(first.size() + 4));
+  EXPECT_EQ(b.stats().prompt_tokens - prefilled, 3);
+  EXPECT_EQ(two.tokens, greedy_alone(*m, second, 4));
+
+  std::vector<int32_t> third = first;
+  third.insert(third.end(), {ids[18], ids[19]});
+  prefilled = b.stats().prompt_tokens;
+  const Outcome three = run_one(b, third, 4);
+  EXPECT_EQ(three.usage.cached_tokens, int64_t(first.size()));
+  EXPECT_EQ(b.stats().prompt_tokens - prefilled, 2);
+  EXPECT_EQ(three.tokens, greedy_alone(*m, third, 4));
+
+  std::vector<int32_t> fourth(first.begin(), first.begin() + 6);
+  fourth.push_back(ids[16]);
+  const Outcome four = run_one(b, fourth, 3);
+  EXPECT_EQ(four.usage.cached_tokens, 0);
+  EXPECT_EQ(four.tokens, greedy_alone(*m, fourth, 3));
 }
 
 }  // namespace

@@ -18,12 +18,16 @@
 #include "backend/registry.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/engine_cases.h"
 #include "engine/session.h"
 #include "stream/streaming.h"
 #include "util/test_util.h"
 
 namespace moeflux {
 namespace {
+
+using test::Case, test::load, test::base_ids, test::kDemo, test::kDemoStreamed, test::on, test::case_name,
+    test::kFixtures, test::kVariants, test::kDemos, test::safe_name;
 
 // Batched against alone: relative L2 over each sequence's logits (as the fixture suites measure),
 // and max |a - b| / max |b| per row of logits. Batched rows sum differently only where a step's
@@ -33,35 +37,7 @@ namespace {
 constexpr double kTol = 1e-5, kRowTol = 1e-4;
 constexpr int kDecode = 8;  // greedy decode tokens per sequence
 
-const std::string kDemo = "demo";                   // models/demo-qwen3-moe-q4, its experts mapped
-const std::string kDemoStreamed = "demo_streamed";  // ... through an expert cache of 25% of them
 
-std::string demo_dir() { return std::string(MOEFLUX_SOURCE_DIR) + "/models/demo-qwen3-moe-q4"; }
-
-// Model `name` for the backend named `backend` (backend/registry.h).
-std::unique_ptr<Model> load(const std::string& name, const std::string& backend = "cpu") {
-  BackendOptions bo;
-  bo.name = backend;
-  if (name == kDemo) return load_model(demo_dir(), MapMode::Map, make_backend(bo));
-  if (name == kDemoStreamed) {
-    StreamOptions o;
-    o.budget = "25%";
-    auto m = load_model(demo_dir(), o, make_backend(bo));
-    EXPECT_NE(expert_cache(*m), nullptr);
-    return m;
-  }
-  return load_model(test::fixture_dir(name), MapMode::Map, make_backend(bo));
-}
-
-// Token ids valid for the model: the golden's (fixtures), or spread over the vocabulary (demo).
-std::vector<int32_t> base_ids(const std::string& name, const Model& m) {
-  if (name == kDemo || name == kDemoStreamed) {
-    std::vector<int32_t> ids;
-    for (int i = 0; i < 24; ++i) ids.push_back(int32_t((101 + 977 * i) % m.cfg.vocab_size));
-    return ids;
-  }
-  return test::load_golden(test::fixture_dir(name) + "/golden.safetensors").i32.at("input_ids");
-}
 
 // max |a - b| / max(1e-6, max |b|) of each of the `rows` rows; the worst of them.
 double worst_row_rel(const std::vector<float>& a, const std::vector<float>& b, int64_t rows) {
@@ -200,17 +176,8 @@ int run_batched(const Model& m, const std::vector<Plan>& ps, std::vector<Record>
   return step;
 }
 
-// A model on a backend.
-struct Case {
-  std::string model, backend;
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " on " << c.backend; }
 
 class EngineBatch : public ::testing::TestWithParam<Case> {};
-
-// cuda runs where a GPU is usable, else its cases skip.
-#define SKIP_UNUSABLE_BACKEND()                                                  \
-  if (std::string why; !backend_usable(GetParam().backend, &why)) GTEST_SKIP() << why
 
 TEST_P(EngineBatch, EachSequenceGetsWhatItGetsAlone) {
   SKIP_UNUSABLE_BACKEND();
@@ -403,27 +370,6 @@ TEST_P(EngineBatch, StepErrorsLeaveStatesUnchanged) {
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(test::first_difference(got[i], want[i]), -1) << "item " << i;
 }
 
-std::string safe_name(std::string n) {
-  for (auto& c : n)
-    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
-}
-
-// Every architecture and format of the fixture suite (tests/model/test_fixtures.cpp), its
-// variants, and the demo model (mapped and streamed).
-const std::vector<std::string> kFixtures{"qwen3_moe",        "qwen3_moe/q4",       "mixtral",         "mixtral/q4",
-                                         "deepseek_v3",      "deepseek_v3/q4",     "deepseek_v3/fp8", "qwen3_next/q4",
-                                         "qwen3_5_moe_text", "qwen3_5_moe_text/q4"};
-const std::vector<std::string> kVariants{"variants/qwen3_moe/q4", "variants/mixtral/q4", "variants/qwen3_next/q4",
-                                         "variants/qwen3_5_moe_text/q4", "variants/deepseek_v3/q4"};
-const std::vector<std::string> kDemos{kDemo, kDemoStreamed};
-
-std::vector<Case> on(const std::string& backend, const std::vector<std::string>& models) {
-  std::vector<Case> v;
-  for (const auto& m : models) v.push_back({m, backend});
-  return v;
-}
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return safe_name(info.param.model); }
 std::string model_name(const ::testing::TestParamInfo<std::string>& info) { return safe_name(info.param); }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch, ::testing::ValuesIn(on("cpu", kFixtures)), case_name);

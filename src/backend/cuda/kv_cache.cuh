@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/state.h"
@@ -19,6 +20,10 @@ class KvCacheDev final : public LayerState {
   std::vector<StateBuffer> buffers() override;
   // Copies the host vectors back (their length sets the cache's).
   void buffers_written() override;
+  bool truncate(int64_t len) override {
+    len_ = std::min(len_, len);
+    return true;
+  }
 
   int64_t len() const { return len_; }
   int64_t capacity() const { return cap_; }
