@@ -147,32 +147,6 @@ TEST_F(ServerTest, ChatCompletionThroughTheTemplate) {
   EXPECT_EQ(sse_text(s->body, true), alone(prompt, 8));
 }
 
-// A second chat turn (the first turn's messages, its answer, a new user message) reuses the
-// slot's state: cached_tokens in usage, and the answer the whole prompt gets alone.
-TEST_F(ServerTest, ASecondTurnReusesTheFirst) {
-  start();
-  if (!has_template_) GTEST_SKIP() << "the demo model has no chat template";
-  auto c = client();
-  Json msgs = Json::array({{{"role", "user"}, {"content", "The jury said"}}});
-  auto r1 = c.Post("/v1/chat/completions", Json{{"messages", msgs}, {"max_tokens", 6}, {"temperature", 0}}.dump(),
-                   "application/json");
-  ASSERT_TRUE(r1);
-  ASSERT_EQ(r1->status, 200) << r1->body;
-  msgs.push_back({{"role", "assistant"}, {"content", Json::parse(r1->body)["choices"][0]["message"]["content"]}});
-  msgs.push_back({{"role", "user"}, {"content", "and then?"}});
-  auto r2 = c.Post("/v1/chat/completions", Json{{"messages", msgs}, {"max_tokens", 6}, {"temperature", 0}}.dump(),
-                   "application/json");
-  ASSERT_TRUE(r2);
-  ASSERT_EQ(r2->status, 200) << r2->body;
-  const Json j = Json::parse(r2->body);
-  const std::string prompt = render_chat(load_chat_templates(kDemo), msgs, nullptr, true);
-  EXPECT_EQ(j["choices"][0]["message"]["content"], alone(prompt, 6));
-  std::printf("second turn: %lld of %lld prompt tokens cached\n",
-              (long long)j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
-              (long long)j["usage"]["prompt_tokens"].get<int64_t>());
-  EXPECT_GT(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0) << r2->body;
-}
-
 // logprobs: chat (logprobs + top_logprobs), streamed and not, and completions (logprobs N): one
 // entry per generated token, greedy tokens the most likely of their alternatives.
 TEST_F(ServerTest, Logprobs) {
