@@ -2,6 +2,7 @@
 // or one JSON record with --json. --chat renders the prompt with the model's chat template.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -9,6 +10,8 @@
 #include "cli/gen_options.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "engine/prompt_cache.h"
+#include "engine/session.h"
 #include "model/model.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -20,14 +23,48 @@ namespace {
 struct RunArgs : GenArgs {
   std::string prompt, file;
   bool chat = false, json = false;
+  std::string prompt_cache;
+  bool prompt_cache_ro = false;
 };
 
-void print_stats(const GenerateStats& st, uint64_t seed, double load_s) {
+// --prompt-cache: continues the state saved in `path` as far as it serves `ids` (returns how
+// many tokens it kept), and unless read_only sets opt.on_prefilled to save the prompt's state
+// there. A file that is not a prompt cache is an error (it is
+// not overwritten); one made with another model is not used.
+int64_t use_prompt_cache(const std::string& path, bool read_only, Session& s, const std::vector<int32_t>& ids,
+                         GenerateOptions& opt) {
+  const std::string identity = model_identity(s.model());
+  Sequence& seq = s.sequence();
+  int64_t kept = 0;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    const PromptCacheFile f = load_prompt_cache(path);
+    if (f.identity != identity) {
+      std::fprintf(stderr, "warning: %s was made with another model: not used%s\n", path.c_str(),
+                   read_only ? "" : ", it will be replaced");
+    } else {
+      seq.restore(f.snapshot);
+      std::vector<int64_t> marks;
+      for (const auto& c : f.snapshot.checkpoints) marks.push_back(c.pos);
+      kept = seq.rewind(reusable_prefix(f.snapshot.tokens, marks, seq.recurrent(), ids));
+      std::fprintf(stderr, "prompt cache: %lld of %zu prompt tokens reused from %s\n", (long long)kept, ids.size(),
+                   path.c_str());
+    }
+  }
+  if (!read_only)
+    opt.on_prefilled = [&seq, path, identity] {
+      seq.checkpoint();  // a hybrid model's later prompts may part from this one here
+      save_prompt_cache(path, seq.save(), identity);
+    };
+  return kept;
+}
+
+void print_stats(const GenerateStats& st, int64_t cached, uint64_t seed, double load_s) {
   const double pre = st.prefill_s > 0 ? double(st.prefilled_tokens) / st.prefill_s : 0;
   const double dec = st.decode_s > 0 && st.generated_tokens > 1 ? double(st.generated_tokens - 1) / st.decode_s : 0;
   std::fprintf(stderr,
-               "\n\nprompt tokens: %lld | generated: %lld (%s) | load %.2f s | TTFT %.3f s | prefill %.1f tok/s | decode %.1f tok/s | seed %llu\n",
-               (long long)st.prompt_tokens, (long long)st.generated_tokens, st.stop_reason.c_str(), load_s, st.ttft_s, pre,
+               "\n\nprompt tokens: %lld (%lld cached) | generated: %lld (%s) | load %.2f s | TTFT %.3f s | prefill %.1f tok/s | decode %.1f tok/s | seed %llu\n",
+               (long long)(st.prompt_tokens + cached), (long long)cached, (long long)st.generated_tokens, st.stop_reason.c_str(), load_s, st.ttft_s, pre,
                dec, (unsigned long long)seed);
 }
 }  // namespace
@@ -42,6 +79,10 @@ Runner register_run(CLI::App& app) {
   src->require_option(1);
   sub->add_flag("--chat", a->chat, "Render the prompt as a user message with the chat template");
   sub->add_flag("--json", a->json, "Print one JSON record (text, tokens, statistics) instead of streaming");
+  sub->add_option("--prompt-cache", a->prompt_cache,
+                  "Continue the prompt state saved in FILE as far as this prompt starts the same way, then save "
+                  "this prompt's state there");
+  sub->add_flag("--prompt-cache-ro", a->prompt_cache_ro, "Use --prompt-cache FILE without updating it");
   return [a]() {
     // Everything that needs no model is checked first: a mistake costs no load.
     if (!a->chat && !a->system.empty()) fail("--system needs --chat");
@@ -50,6 +91,7 @@ Runner register_run(CLI::App& app) {
     if (prompt.empty()) fail(source, ": the prompt is empty");
     if (const size_t bad = utf8_first_invalid(prompt); bad != std::string::npos)
       fail(source, ": the prompt is not valid UTF-8 (byte ", bad, ")");
+    if (a->prompt_cache_ro && a->prompt_cache.empty()) fail("--prompt-cache-ro needs --prompt-cache FILE");
     a->check();
     require_model_tokenizer(a->model, a->tokenizer);
     Tokenizer tok = Tokenizer::load(a->tokenizer_path());  // before the model: a missing one fails at once
@@ -70,21 +112,23 @@ Runner register_run(CLI::App& app) {
       fail("prompt of ", ids.size(), " tokens is longer than ", a->ctx_size > 0 ? "--ctx-size" : "the model's context",
            " (", model->cfg.max_seq_len, ")");
     Session s(*model);
-    auto st = generate_text(s, tok, ids, opt, [&](const std::string& piece) {
+    const int64_t cached = a->prompt_cache.empty() ? 0 : use_prompt_cache(a->prompt_cache, a->prompt_cache_ro, s, ids, opt);
+    auto st = generate_text(s, tok, std::span<const int32_t>(ids).subspan(size_t(cached)), opt, [&](const std::string& piece) {
       if (!a->json) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       }
     });
     if (a->json) {
-      nlohmann::ordered_json j = {{"text", st.text}, {"tokens", st.tokens}, {"prompt_tokens", st.prompt_tokens},
+      nlohmann::ordered_json j = {{"text", st.text}, {"tokens", st.tokens}, {"prompt_tokens", int64_t(ids.size())},
+                                  {"cached_tokens", cached},
                                   {"generated_tokens", st.generated_tokens}, {"stop_reason", st.stop_reason},
                                   {"ttft_s", st.ttft_s}, {"prefill_s", st.prefill_s}, {"decode_s", st.decode_s},
                                   {"load_s", load_s}, {"threads", std::atoi(model->backend->fact("threads").c_str())}, {"backend", model->backend->describe()},
                                   {"seed", opt.sampling.seed}};
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
-      print_stats(st, opt.sampling.seed, load_s);
+      print_stats(st, cached, opt.sampling.seed, load_s);
     }
     finish_streaming(*model, a->stream, st.ttft_s + st.decode_s);
     return 0;

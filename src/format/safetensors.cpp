@@ -120,8 +120,10 @@ OutTensor out_i32(const std::string& name, std::vector<int64_t> shape, const std
   return t;
 }
 
-void write_safetensors(const std::string& path, const std::vector<OutTensor>& tensors) {
+void write_safetensors(const std::string& path, const std::vector<OutTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
   uint64_t off = 0;
   for (const auto& t : tensors) {
     h[t.name] = {{"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape},

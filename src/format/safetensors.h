@@ -62,6 +62,9 @@ struct OutTensor {
 };
 OutTensor out_f32(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v);
 OutTensor out_i32(const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v);
-void write_safetensors(const std::string& path, const std::vector<OutTensor>& tensors);
+// Written to path + ".tmp", then renamed over `path`: an existing file is replaced whole or not
+// at all. `metadata` becomes the header's __metadata__.
+void write_safetensors(const std::string& path, const std::vector<OutTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace moeflux

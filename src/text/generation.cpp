@@ -48,6 +48,7 @@ GenerateStats generate_text(Session& s, const Tokenizer& tok, std::span<const in
     fail("generate_text: empty prompt");
   }
   st.prefill_s = since(t0);
+  if (opt.on_prefilled) opt.on_prefilled();
   Sampler sampler(opt.sampling);
   StreamDecoder dec(tok, /*skip_special_tokens=*/false);
   std::string pending;  // decoded text not yet emitted (may hold the start of a stop string)

@@ -21,6 +21,7 @@ struct GenerateOptions {
   std::vector<std::string> stop;     // stop strings (not emitted)
   std::vector<int32_t> eos_ids;      // end-of-sequence token ids (not emitted)
   const std::atomic<bool>* cancel = nullptr;  // set (e.g. by Ctrl-C) to stop after this token
+  std::function<void()> on_prefilled;         // after the prompt's prefill, before sampling
 };
 
 struct GenerateStats {

@@ -24,6 +24,7 @@ MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_tokenizer_json)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_pack_manifest)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_routing_profile)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_api_request)
+MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_prompt_cache)
 
 namespace {
 
@@ -43,6 +44,7 @@ const Target kTargets[] = {
     {"fuzz_pack_manifest", moeflux_fuzz_pack_manifest, "corpus_pack_manifest"},
     {"fuzz_routing_profile", moeflux_fuzz_routing_profile, "corpus_routing_profile"},
     {"fuzz_api_request", moeflux_fuzz_api_request, "corpus_api_request"},
+    {"fuzz_prompt_cache", moeflux_fuzz_prompt_cache, "corpus_prompt_cache"},
 };
 
 void PrintTo(const Target& t, std::ostream* os) { *os << t.name; }

@@ -1,5 +1,7 @@
 // `moeflux run` / `chat` / `perplexity` as a user runs them: bad arguments exit 1 with a
-// message; same seed gives byte-identical output; chat in a real pseudo-terminal: two turns,
+// message; same seed gives byte-identical output; --prompt-cache reuses the common prefix and
+// gives the text a run without it gives, --prompt-cache-ro leaves the file as it was, a file
+// that is not a cache is refused untouched, one of another model is replaced; chat in a real pseudo-terminal: two turns,
 // the second prefilling only its new tokens, then /exit.
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "engine/prompt_cache.h"
 #include "util/test_util.h"
 
 namespace moeflux {
@@ -60,6 +63,58 @@ TEST(RunCli, BadArguments) {
     EXPECT_EQ(rc, 1) << cmd << "\n" << out;
     EXPECT_NE(out.find("no tokenizer.json"), std::string::npos) << cmd << "\n" << out;
   }
+}
+
+TEST(RunCli, PromptCache) {
+  test::TempDir tmp;
+  const std::string cache = tmp.path() + "/prompt.cache";
+  auto json_run = [&](const std::string& prompt, const std::string& extra, int* rc) {
+    const std::string out = run("run -m " + kDemo + " -p '" + prompt + "' -n 8 --temperature 0 --json " + extra +
+                                " 2>/dev/null", rc);
+    return out.empty() ? nlohmann::json::object() : nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
+  };
+  auto file_bytes = [&] {
+    std::ifstream in(cache, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string first = "The jury said that the city of Atlanta had", second = first + " no evidence that any";
+  int rc = 0;
+  const auto plain = json_run(second, "", &rc);
+  ASSERT_EQ(rc, 0);
+  const auto a = json_run(first, "--prompt-cache " + cache, &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(a["cached_tokens"], 0);
+  ASSERT_TRUE(std::filesystem::exists(cache));
+  const auto b = json_run(second, "--prompt-cache " + cache, &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(b["cached_tokens"], a["prompt_tokens"]) << "the first prompt's tokens start the second's";
+  EXPECT_EQ(b["text"], plain["text"]);
+  EXPECT_EQ(b["prompt_tokens"], plain["prompt_tokens"]);
+  const std::string saved = file_bytes();
+  const auto c = json_run(second, "--prompt-cache " + cache + " --prompt-cache-ro", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(c["cached_tokens"], plain["prompt_tokens"].get<int>() - 1);
+  EXPECT_EQ(c["text"], plain["text"]);
+  EXPECT_EQ(file_bytes(), saved) << "--prompt-cache-ro wrote the file";
+  // Not a prompt cache: refused, left as it was.
+  const std::string other = tmp.path() + "/notes.txt";
+  std::ofstream(other) << "my notes";
+  const std::string out = run("run -m " + kDemo + " -p hi -n 2 --prompt-cache " + other + " 2>&1", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find(other), std::string::npos) << out;
+  std::ifstream notes(other);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(notes), {}), "my notes");
+  EXPECT_NE(run("run -m " + kDemo + " -p hi --prompt-cache-ro 2>&1", &rc).find("--prompt-cache-ro needs"), std::string::npos);
+  EXPECT_EQ(rc, 1);
+  // Made with another model: not used, replaced.
+  PromptCacheFile f = load_prompt_cache(cache);
+  save_prompt_cache(cache, f.snapshot, "another model");
+  const std::string replaced = run("run -m " + kDemo + " -p '" + second + "' -n 2 --temperature 0 --prompt-cache " +
+                                   cache + " 2>&1", &rc);
+  EXPECT_EQ(rc, 0) << replaced;
+  EXPECT_NE(replaced.find("made with another model"), std::string::npos) << replaced;
+  EXPECT_NE(replaced.find("(0 cached)"), std::string::npos) << replaced;
+  EXPECT_NE(load_prompt_cache(cache).identity, "another model");
 }
 
 TEST(RunCli, SameSeedByteIdenticalAndStats) {
