@@ -91,7 +91,19 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat, con
     }
     if (const Json* t = field(j, "tools")) {
       if (!t->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
+      for (const Json& tool : *t)
+        if (!tool.is_object()) throw ApiError(400, "'tools' must be an array of objects", "tools");
       r.tools = *t;
+    }
+    if (const Json* c = field(j, "tool_choice")) {
+      const bool named = c->is_object() && c->contains("type") && (*c)["type"] == "function" && c->contains("function") &&
+                         (*c)["function"].is_object() && (*c)["function"].contains("name") &&
+                         (*c)["function"]["name"].is_string();
+      const std::string s = c->is_string() ? c->get<std::string>() : "";
+      if (!named && s != "auto" && s != "none" && s != "required")
+        throw ApiError(400, "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                       "tool_choice");
+      r.tool_choice = s == "none" ? "none" : "auto";
     }
   } else {
     const Json* p = field(j, "prompt");

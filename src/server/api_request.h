@@ -28,6 +28,9 @@ struct CompletionRequest {
   std::string model;                                             // as given (informational)
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // chat: role / content (text)
   nlohmann::ordered_json tools;                                  // chat: passed to the template, or null
+  // chat: "auto" (also for "required" and a named function: nothing forces a call), or "none"
+  // (the tools are not passed to the template; the answer is all text).
+  std::string tool_choice = "auto";
   std::string prompt;                                            // completions
   std::optional<int> max_tokens;                                 // max_tokens / max_completion_tokens
   SamplingParams sampling;

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "server/api_request.h"
 #include "server/chat_page.h"
+#include "server/reply_stream.h"
 #include "stream/expert_cache.h"
 #include "text/generation.h"
 #include "tokenizer/stream_decoder.h"
@@ -66,6 +67,20 @@ Json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprobs>& lps, 
   return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}};
 }
 
+// OpenAI's tool_calls: [{(index,) id, type: "function", function: {name, arguments}}].
+Json tool_calls_json(const std::vector<ToolCall>& calls, const std::string& completion_id, bool indexed) {
+  Json a = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json c = Json::object();
+    if (indexed) c["index"] = i;
+    c["id"] = "call_" + completion_id.substr(completion_id.find('-') + 1) + "_" + std::to_string(i);
+    c["type"] = "function";
+    c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    a.push_back(c);
+  }
+  return a;
+}
+
 // cpp-httplib listens with a backlog of 5: a burst of clients overflows it and some of their
 // connections are dropped. The listening socket is widened after the bind.
 class Http : public httplib::Server {
@@ -76,19 +91,16 @@ class Http : public httplib::Server {
 
 // One completion in flight: text pieces from the batcher's thread to the HTTP handler's.
 struct ApiServer::Call {
-  explicit Call(const Tokenizer& tok, std::vector<std::string> stops) : dec(tok), stop(std::move(stops)) {}
+  Call(const Tokenizer& tok, std::vector<std::string> stops, bool tools) : reply(tok, std::move(stops), tools) {}
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::string> pieces;
   bool done = false;
   std::string finish = "length", error;
   GenUsage usage;
+  std::vector<ToolCall> calls;  // set when done
   std::shared_ptr<GenRequest> req;
-  // Batcher thread only:
-  StreamDecoder dec;
-  std::vector<std::string> stop;
-  std::string pending;  // decoded text held back while it may start a stop string
-  bool stopped = false;
+  ReplyStream reply;  // batcher thread only
   // logprobs: one entry per reported token, the ones not yet streamed from lp_sent on.
   std::vector<TokenLogprobs> lps;
   size_t lp_sent = 0;
@@ -100,23 +112,19 @@ struct ApiServer::Call {
     cv.notify_all();
   }
   bool on_token(int32_t t) {
-    pending += dec.step(t);
-    for (const auto& s : stop)
-      if (const size_t at = pending.find(s); at != std::string::npos) {
-        push(pending.substr(0, at));
-        pending.clear();
-        stopped = true;
-        return false;  // ends the request
-      }
-    const size_t n = pending.size() - held_suffix(pending, stop);
-    push(pending.substr(0, n));
-    pending.erase(0, n);
-    return true;
+    std::string text;
+    const bool more = reply.step(t, &text);
+    push(std::move(text));
+    return more;  // false ends the request (a stop string)
   }
   void on_done(FinishReason why, const GenUsage& u, const std::string& err) {
-    if (!stopped) push(pending + dec.finish());
+    push(reply.finish());
     std::lock_guard<std::mutex> lock(mu);
-    finish = stopped || why == FinishReason::Stop ? "stop" : why == FinishReason::Length ? "length" : finish_reason_name(why);
+    calls = reply.tool_calls();
+    finish = !calls.empty() ? "tool_calls"
+             : reply.stopped() || why == FinishReason::Stop ? "stop"
+             : why == FinishReason::Length ? "length"
+                                           : finish_reason_name(why);
     usage = u, error = err, done = true;
     cv.notify_all();
   }
@@ -222,7 +230,8 @@ void ApiServer::install_routes() {
         if (chat) {
           if (!templates_) throw ApiError(400, "this model has no chat template: use /v1/completions");
           try {
-            text = render_chat(*templates_, cr.messages, cr.tools.is_array() ? cr.tools : Json(), true);
+            const bool offer = cr.tools.is_array() && cr.tool_choice != "none";
+            text = render_chat(*templates_, cr.messages, offer ? cr.tools : Json(), true);
           } catch (const Error& e) {
             throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
           }
@@ -233,7 +242,8 @@ void ApiServer::install_routes() {
         if (room < 1)
           throw ApiError(400, "the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
                                   std::to_string(ctx), chat ? "messages" : "prompt");
-        auto call = std::make_shared<Call>(tok_, cr.stop);
+        const bool tools = chat && cr.tools.is_array() && !cr.tools.empty() && cr.tool_choice != "none";
+        auto call = std::make_shared<Call>(tok_, cr.stop, tools);
         auto r = std::make_shared<GenRequest>();
         r->prompt = std::move(ids);
         r->max_tokens = int(std::min<int64_t>(cr.max_tokens.value_or(int(room)), room));
@@ -266,7 +276,13 @@ void ApiServer::install_routes() {
                               {"total_tokens", call->usage.prompt_tokens + call->usage.completion_tokens},
                               {"prompt_tokens_details", {{"cached_tokens", call->usage.cached_tokens}}}};
           Json choice = {{"index", 0}};
-          if (chat) choice["message"] = {{"role", "assistant"}, {"content", out}};
+          if (chat) {
+            choice["message"] = {{"role", "assistant"}, {"content", out}};
+            if (!call->calls.empty()) {
+              if (out.empty()) choice["message"]["content"] = nullptr;
+              choice["message"]["tool_calls"] = tool_calls_json(call->calls, id, false);
+            }
+          }
           else choice["text"] = out;
           choice["logprobs"] = cr.logprobs >= 0 ? logprobs_json(tok_, call->lps, 0, call->lps.size(), chat) : Json();
           choice["finish_reason"] = call->finish;
@@ -317,6 +333,8 @@ void ApiServer::install_routes() {
                 if (!write(chunk(chat ? Json{{"content", out[k]}} : Json(out[k]), nullptr, k == 0 ? lp : Json())))
                   return false;
               if (!done) return true;
+              if (!call->calls.empty() && !write(chunk(Json{{"tool_calls", tool_calls_json(call->calls, id, true)}}, nullptr)))
+                return false;
               if (!write(chunk(chat ? Json::object() : Json(""), call->finish))) return false;
               if (include_usage) {
                 const Json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},

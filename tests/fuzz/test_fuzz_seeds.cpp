@@ -25,6 +25,7 @@ MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_pack_manifest)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_routing_profile)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_api_request)
 MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_prompt_cache)
+MOEFLUX_FUZZ_ENTRY(moeflux_fuzz_tool_calls)
 
 namespace {
 
@@ -45,6 +46,7 @@ const Target kTargets[] = {
     {"fuzz_routing_profile", moeflux_fuzz_routing_profile, "corpus_routing_profile"},
     {"fuzz_api_request", moeflux_fuzz_api_request, "corpus_api_request"},
     {"fuzz_prompt_cache", moeflux_fuzz_prompt_cache, "corpus_prompt_cache"},
+    {"fuzz_tool_calls", moeflux_fuzz_tool_calls, "corpus_tool_calls"},
 };
 
 void PrintTo(const Target& t, std::ostream* os) { *os << t.name; }
