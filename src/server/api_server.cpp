@@ -221,7 +221,8 @@ void ApiServer::install_routes() {
         auto call = std::make_shared<Call>(tok_, cr.stop);
         auto r = std::make_shared<GenRequest>();
         r->prompt = std::move(ids);
-        r->max_tokens = int(std::min<int64_t>(cr.max_tokens.value_or(int(room)), room));
+        const int64_t asked = cr.max_tokens ? *cr.max_tokens : opt_.max_tokens > 0 ? opt_.max_tokens : room;
+        r->max_tokens = int(std::min<int64_t>(asked, room));
         r->sampling = cr.sampling;
         if (!cr.seeded && !opt_.seeded) r->sampling.seed = std::random_device{}();
         r->stop_ids = eos_ids_;

@@ -297,6 +297,25 @@ TEST_F(ServerTest, ContextOverflowIsA400) {
   EXPECT_NE(r->body.find("context"), std::string::npos);
 }
 
+// ServeOptions::max_tokens (serve's -n) bounds the requests that give no max_tokens, and only
+// those; without it they run to the context's end.
+TEST_F(ServerTest, ServeMaxTokensIsTheDefaultOfRequestsWithout) {
+  ServeOptions o;
+  o.max_tokens = 5;
+  start(o);
+  const std::string prompt = "The jury said that the";
+  auto usage = [&](const Json& body) {
+    auto r = client().Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? Json::parse(r->body)["usage"]["completion_tokens"].get<int64_t>() : -1;
+  };
+  EXPECT_EQ(usage({{"prompt", prompt}, {"temperature", 0}}), 5);
+  EXPECT_EQ(usage({{"prompt", prompt}, {"temperature", 0}, {"max_tokens", 9}}), 9);
+  server_.reset();
+  start();  // no default: up to the context's end (this test server has no end-of-text ids)
+  EXPECT_GT(usage({{"prompt", prompt}, {"temperature", 0}}), 5);
+}
+
 TEST_F(ServerTest, ADisconnectedStreamFreesItsSlot) {
   ServeOptions o;
   o.batch.slots = 1;
