@@ -146,9 +146,12 @@ int ApiServer::start() {
 }
 
 void ApiServer::stop() {
+  // The listening socket, then the batcher, then the HTTP threads: what still generates or
+  // waits in the queue ends as cancelled, so that a handler waiting for a whole answer answers
+  // 503 at once instead of holding the shutdown until every queued generation is done.
   if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
   batcher_.stop();
+  if (thread_.joinable()) thread_.join();
 }
 
 void ApiServer::install_routes() {
