@@ -1,5 +1,6 @@
 // `moeflux serve`: the OpenAI-compatible HTTP server (src/server/api_server.h) on one model,
-// up to --slots requests decoding together; runs until SIGINT or SIGTERM.
+// up to --slots requests decoding together; runs until SIGINT or SIGTERM. The sampling options
+// and -n are the defaults of requests that leave those fields out.
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -29,8 +30,10 @@ struct ServeArgs : GenArgs {
 
 Runner register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
+  a->n_predict = -1;  // requests without max_tokens run to the context's end unless -n is given
   auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and text completions, streaming); the "
-                                          "sampling options are the defaults of requests that leave them out");
+                                          "sampling options and -n (max_tokens; default: until the context ends) "
+                                          "are the defaults of requests that leave them out");
   add_gen_options(sub, *a);
   sub->add_option("--host", a->serve.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", a->serve.port, "Port to listen on (0: any free port, printed)")
@@ -65,6 +68,7 @@ Runner register_serve(CLI::App& app) {
     o.batch.cache_bytes = a->cache_mib << 20;
     o.sampling = a->options({}).sampling;  // the sampling options: defaults for what requests leave out
     o.seeded = a->seed >= 0;  // else a random seed per request
+    o.max_tokens = a->n_predict > 0 ? a->n_predict : 0;  // -n: the default of max_tokens
     if (o.model_name.empty()) o.model_name = std::filesystem::path(a->model).lexically_normal().filename().string();
     if (o.model_name.empty()) o.model_name = "model";
     ApiServer server(*model, tok, std::move(templates), model_eos_ids(a->model, model->cfg), o);

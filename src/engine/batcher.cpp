@@ -37,7 +37,7 @@ bool Batcher::submit(std::shared_ptr<GenRequest> r) {
   for (int32_t t : r->prompt)
     if (t < 0 || t >= V) fail("token id ", t, " is outside the vocabulary [0, ", V, ")");
   std::lock_guard<std::mutex> lock(mu_);
-  if (queue_.size() >= opt_.max_queue) return false;
+  if (stopped_ || queue_.size() >= opt_.max_queue) return false;
   queue_.push_back(std::move(r));
   cv_.notify_one();
   return true;
@@ -220,7 +220,7 @@ void Batcher::loop() {
 void Batcher::start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (running_) return;
-  running_ = true;
+  running_ = true, stopped_ = false;
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -228,7 +228,7 @@ void Batcher::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!running_ && !thread_.joinable()) return;
-    running_ = false;
+    running_ = false, stopped_ = true;
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();

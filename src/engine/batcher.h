@@ -86,8 +86,9 @@ class Batcher {
   Batcher(Engine& engine, const BatcherOptions& opt);
   ~Batcher();
 
-  // Queues r (thread-safe). False when the queue is full (the caller answers "busy"). Error
-  // for an empty prompt, max_tokens below 1 or invalid sampling parameters.
+  // Queues r (thread-safe). False when the queue is full or stop() has run since start() (the
+  // caller answers "busy"). Error for an empty prompt, max_tokens below 1 or invalid sampling
+  // parameters.
   bool submit(std::shared_ptr<GenRequest> r);
 
   // Admits queued requests into free slots and runs one engine step over the busy slots.
@@ -128,6 +129,7 @@ class Batcher {
   BatcherStats stats_;
   std::thread thread_;
   bool running_ = false;
+  bool stopped_ = false;  // stop() ran after start(): submit refuses, as nothing would run it
 };
 
 }  // namespace moeflux

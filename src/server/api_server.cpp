@@ -155,9 +155,12 @@ int ApiServer::start() {
 }
 
 void ApiServer::stop() {
+  // The listening socket, then the batcher, then the HTTP threads: what still generates or
+  // waits in the queue ends as cancelled, so that a handler waiting for a whole answer answers
+  // 503 at once instead of holding the shutdown until every queued generation is done.
   if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
   batcher_.stop();
+  if (thread_.joinable()) thread_.join();
 }
 
 void ApiServer::install_routes() {
@@ -246,7 +249,8 @@ void ApiServer::install_routes() {
         auto call = std::make_shared<Call>(tok_, cr.stop, tools);
         auto r = std::make_shared<GenRequest>();
         r->prompt = std::move(ids);
-        r->max_tokens = int(std::min<int64_t>(cr.max_tokens.value_or(int(room)), room));
+        const int64_t asked = cr.max_tokens ? *cr.max_tokens : opt_.max_tokens > 0 ? opt_.max_tokens : room;
+        r->max_tokens = int(std::min<int64_t>(asked, room));
         r->sampling = cr.sampling;
         if (!cr.seeded && !opt_.seeded) r->sampling.seed = std::random_device{}();
         r->stop_ids = eos_ids_;

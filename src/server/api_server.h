@@ -31,6 +31,7 @@ struct ServeOptions {
   std::string api_key;           // empty: no key asked
   std::string model_name;        // what /v1/models lists and responses name
   size_t max_body = 4u << 20;    // bytes
+  int max_tokens = 0;            // for requests without max_tokens; 0: until the context ends
   BatcherOptions batch;
   SamplingParams sampling = openai_sampling_defaults();  // for the fields a request leaves out
   bool seeded = false;  // sampling.seed for requests without a seed (else a random one each)

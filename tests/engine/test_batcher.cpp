@@ -2,10 +2,10 @@
 // through 4 slots (prompts prefilled in chunks, requests joining as others finish) each get
 // the tokens the same prompt gets alone; the same from 16 threads against a running batcher;
 // the queue bound; cancellation from a callback and from another thread; stop ids; a prompt
-// longer than the context; bad requests. Prefix reuse: the next turn of a chat prefills only
-// its new tokens (a qwen3_moe model: any common prefix; a hybrid one: all of the slot's tokens
-// or its checkpoint at the end of the previous prompt); a prompt whose slot went to another
-// request continues from the PrefixCache.
+// longer than the context; bad requests; no requests taken after stop(). Prefix reuse: the
+// next turn of a chat prefills only its new tokens (a qwen3_moe model: any common prefix; a
+// hybrid one: all of the slot's tokens or its checkpoint at the end of the previous prompt); a
+// prompt whose slot went to another request continues from the PrefixCache.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -170,6 +170,27 @@ TEST(Batcher, QueueBoundCancellationStopIdsAndErrors) {
   EXPECT_EQ(too_long.why, FinishReason::Error);
   EXPECT_EQ(too_long.done, 1);
   EXPECT_THROW(Batcher(engine, BatcherOptions{.slots = 0}), Error);
+}
+
+// After stop() a running batcher refuses new requests (nothing would run them: a caller waiting
+// for on_done would wait for ever) until start() again; stop() ends what waits as cancelled.
+TEST(Batcher, StopRefusesRequestsUntilStartAgain) {
+  auto m = demo();
+  Engine engine(*m);
+  Batcher b(engine, BatcherOptions{.slots = 1, .prefill_chunk = 8, .max_queue = 4});
+  const auto p = prompt(1, m->cfg.vocab_size);
+  Outcome queued, refused, again;
+  ASSERT_TRUE(b.submit(request(p, 4, queued)));  // not started: it waits
+  b.start();
+  b.stop();
+  EXPECT_EQ(queued.done, 1);
+  EXPECT_FALSE(b.submit(request(p, 4, refused)));
+  EXPECT_EQ(refused.done, 0);
+  b.start();
+  ASSERT_TRUE(b.submit(request(p, 4, again)));
+  b.stop();
+  EXPECT_EQ(again.done, 1);
+  EXPECT_TRUE(again.why == FinishReason::Length || again.why == FinishReason::Cancelled);
 }
 
 // Logprobs: each reported token's log-softmax under the logits alone gives (the first token's

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 #include "engine/generate.h"
@@ -269,6 +271,47 @@ TEST_F(ServerTest, ContextOverflowIsA400) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("context"), std::string::npos);
+}
+
+// ServeOptions::max_tokens (serve's -n) bounds the requests that give no max_tokens, and only
+// those; without it they run to the context's end.
+TEST_F(ServerTest, ServeMaxTokensIsTheDefaultOfRequestsWithout) {
+  ServeOptions o;
+  o.max_tokens = 5;
+  start(o);
+  const std::string prompt = "The jury said that the";
+  auto usage = [&](const Json& body) {
+    auto r = client().Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? Json::parse(r->body)["usage"]["completion_tokens"].get<int64_t>() : -1;
+  };
+  EXPECT_EQ(usage({{"prompt", prompt}, {"temperature", 0}}), 5);
+  EXPECT_EQ(usage({{"prompt", prompt}, {"temperature", 0}, {"max_tokens", 9}}), 9);
+  server_.reset();
+  start();  // no default: up to the context's end (this test server has no end-of-text ids)
+  EXPECT_GT(usage({{"prompt", prompt}, {"temperature", 0}}), 5);
+}
+
+// stop() while one request generates and two wait for the slot: all three end at once as 503
+// ("the server is stopping") instead of the shutdown waiting for every whole answer (the HTTP
+// threads used to be joined before the batcher was stopped).
+TEST_F(ServerTest, StopCancelsWhatGeneratesAndWaits) {
+  ServeOptions o;
+  o.batch.slots = 1;
+  start(o);
+  const std::string body = Json{{"prompt", "The jury said that the"}, {"temperature", 0}}.dump();  // to the context's end
+  std::vector<std::future<int>> status;
+  for (int i = 0; i < 3; ++i)
+    status.push_back(std::async(std::launch::async, [&] {
+      auto r = client().Post("/v1/completions", body, "application/json");
+      return r ? r->status : -1;
+    }));
+  for (int i = 0; i < 2000 && server_->stats().queued < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const BatcherStats st = server_->stats();
+  ASSERT_EQ(st.busy_slots, 1);
+  ASSERT_EQ(st.queued, 2u);
+  server_->stop();
+  for (auto& f : status) EXPECT_EQ(f.get(), 503);
 }
 
 TEST_F(ServerTest, ADisconnectedStreamFreesItsSlot) {
