@@ -28,6 +28,11 @@ Runner register_synth(CLI::App& app) {
   sub->add_option("--experts", a->o.experts, "Override the routed experts per layer")->check(CLI::Range(1, 4096));
   sub->add_option("--vocab", a->o.vocab, "Override vocab_size")->check(CLI::Range(1, 1 << 22));
   sub->add_option("--seed", a->o.seed, "Random seed")->default_val(0);
+  sub->add_option("--routing-skew", a->o.routing_skew,
+                  "Expert popularity: 0 nearly uniform (random weights), A > 0 Zipf-like, the expert of rank r "
+                  "chosen ~ (r + 1)^-A (per layer; measure with --save-profile)")
+      ->check(CLI::Range(0.0, 8.0))
+      ->default_val(0.0);
   sub->add_option("--format", a->format, "hf (bf16 safetensors) or pack")->check(CLI::IsMember({"hf", "pack"}));
   sub->add_option("--bits", a->bits, "Pack only: as `convert --bits` (default 4)");
   sub->add_option("--expert-bits", a->expert_bits, "Pack only: as `convert --expert-bits`");

@@ -19,6 +19,12 @@ struct SynthOptions {
   int64_t experts = 0;    // routed experts per layer; 0: the model's own
   int64_t vocab = 0;      // 0: the model's own
   uint64_t seed = 0;
+  // Expert popularity: 0 routes nearly uniformly (random weights); a > 0 gives each MoE layer
+  // a Zipf-like popularity, expert of rank r (a per-layer random order) chosen ~ (r + 1)^-a:
+  // the embedding carries a constant feature (column 0) that every router reads with a
+  // per-expert weight a * ln(1 / (r + 1)), scaled to the router's noise. Measure the result
+  // with --save-profile; deeper layers drift flatter.
+  double routing_skew = 0;
   uint64_t shard_bytes = 2ull << 30;  // Hugging Face layout: bytes per safetensors shard
 };
 

@@ -1,8 +1,10 @@
 // `moeflux synth`: the Hugging Face layout (sharded, indexed) loads in the engine; a pack
 // synthesised directly is byte-identical to the Hugging Face synthesis converted; presets
-// carry the real models' dimensions, so expert records have the real size.
+// carry the real models' dimensions, so expert records have the real size; --routing-skew
+// concentrates the routing on a few experts of each layer (uniform without it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -12,6 +14,7 @@
 #include "format/pack_store.h"
 #include "model/model.h"
 #include "pack/pack_test_util.h"
+#include "stream/streaming.h"
 
 namespace moeflux {
 namespace {
@@ -84,6 +87,36 @@ TEST(Synth, EveryPresetHasExpertsAndShapes) {
     EXPECT_EQ(ts.front().name, "model.embed_tokens.weight") << p;
   }
   EXPECT_THROW(synth_config(SynthOptions{.preset = "llama"}), Error);
+}
+
+// Share of a layer's routings that went to its most used quarter of the experts, over a prefill
+// of 128 tokens spread over the vocabulary, for a one-layer model of 32 experts (8 per token).
+double top_quarter_share(const std::string& skew) {
+  test::TempDir tmp;
+  run_ok("synth --preset qwen3-30b-a3b --layers 1 --experts 32 --vocab 512 --quiet --format pack --routing-skew " + skew +
+         " --out " + tmp.file("p"));
+  StreamOptions o;
+  o.budget = "100%";
+  auto m = load_model(tmp.file("p"), o);
+  ExpertCache* c = expert_cache(*m);
+  EXPECT_NE(c, nullptr);
+  if (!c) return 0;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 128; ++i) ids.push_back(int32_t((7 + 131 * i) % 512));
+  Session s(*m);
+  s.forward(ids, {.all_logits = false});
+  std::vector<uint64_t> n = c->access_counts().at(0);
+  std::sort(n.rbegin(), n.rend());
+  uint64_t top = 0, all = 0;
+  for (size_t e = 0; e < n.size(); ++e) all += n[e], top += e < n.size() / 4 ? n[e] : 0;
+  return all ? double(top) / double(all) : 0;
+}
+
+TEST(Synth, RoutingSkewConcentratesTheRouting) {  // layer 0 over 128 tokens: the weakest case
+  const double uniform = top_quarter_share("0"), skewed = top_quarter_share("3");
+  std::printf("routing to the top quarter of the experts: %.2f uniform, %.2f with skew 3\n", uniform, skewed);
+  EXPECT_LT(uniform, 0.4);
+  EXPECT_GT(skewed, 0.5);
 }
 
 }  // namespace
