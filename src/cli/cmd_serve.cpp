@@ -69,6 +69,7 @@ Runner register_serve(CLI::App& app) {
     o.sampling = a->options({}).sampling;  // the sampling options: defaults for what requests leave out
     o.seeded = a->seed >= 0;  // else a random seed per request
     o.max_tokens = a->n_predict > 0 ? a->n_predict : 0;  // -n: the default of max_tokens
+    o.stop = a->stop, o.system = a->system;                 // --stop, --system: defaults too
     if (o.model_name.empty()) o.model_name = std::filesystem::path(a->model).lexically_normal().filename().string();
     if (o.model_name.empty()) o.model_name = "model";
     ApiServer server(*model, tok, std::move(templates), model_eos_ids(a->model, model->cfg), o);

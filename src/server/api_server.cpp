@@ -223,6 +223,16 @@ void ApiServer::install_routes() {
                     {"data", Json::array({{{"id", opt_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "moeflux"}}})}};
     res.set_content(dump(j), "application/json");
   });
+  s.Get(R"(/v1/models/(.+))", [this, authorised](const httplib::Request& req, httplib::Response& res) {
+    if (!authorised(req, res)) return;
+    const std::string id = req.matches[1];
+    if (id != opt_.model_name) {
+      send_error(res, ApiError(404, "the model '" + id + "' does not exist (this server has '" + opt_.model_name + "')",
+                               "model", "invalid_request_error"));
+      return;
+    }
+    res.set_content(dump(Json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "moeflux"}}), "application/json");
+  });
   for (const bool chat : {true, false}) {
     s.Post(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat, authorised](const httplib::Request& req,
                                                                                       httplib::Response& res) {
@@ -234,7 +244,10 @@ void ApiServer::install_routes() {
           if (!templates_) throw ApiError(400, "this model has no chat template: use /v1/completions");
           try {
             const bool offer = cr.tools.is_array() && cr.tool_choice != "none";
-            text = render_chat(*templates_, cr.messages, offer ? cr.tools : Json(), true);
+            Json messages = cr.messages;
+            if (!opt_.system.empty() && messages[0]["role"] != "system")
+              messages.insert(messages.begin(), Json{{"role", "system"}, {"content", opt_.system}});
+            text = render_chat(*templates_, messages, offer ? cr.tools : Json(), true);
           } catch (const Error& e) {
             throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
           }
@@ -246,7 +259,7 @@ void ApiServer::install_routes() {
           throw ApiError(400, "the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
                                   std::to_string(ctx), chat ? "messages" : "prompt");
         const bool tools = chat && cr.tools.is_array() && !cr.tools.empty() && cr.tool_choice != "none";
-        auto call = std::make_shared<Call>(tok_, cr.stop, tools);
+        auto call = std::make_shared<Call>(tok_, cr.stop.empty() ? opt_.stop : cr.stop, tools);
         auto r = std::make_shared<GenRequest>();
         r->prompt = std::move(ids);
         const int64_t asked = cr.max_tokens ? *cr.max_tokens : opt_.max_tokens > 0 ? opt_.max_tokens : room;

@@ -32,6 +32,8 @@ struct ServeOptions {
   std::string model_name;        // what /v1/models lists and responses name
   size_t max_body = 4u << 20;    // bytes
   int max_tokens = 0;            // for requests without max_tokens; 0: until the context ends
+  std::vector<std::string> stop;  // stop strings of requests without `stop`
+  std::string system;             // chat: the system message of requests that have none
   BatcherOptions batch;
   SamplingParams sampling = openai_sampling_defaults();  // for the fields a request leaves out
   bool seeded = false;  // sampling.seed for requests without a seed (else a random one each)

@@ -292,6 +292,43 @@ TEST_F(ServerTest, ServeMaxTokensIsTheDefaultOfRequestsWithout) {
   EXPECT_GT(usage({{"prompt", prompt}, {"temperature", 0}}), 5);
 }
 
+// serve --stop and --system: the stop strings and the system message of requests without
+// them; GET /v1/models/{id}.
+TEST_F(ServerTest, ServeStopAndSystemAreDefaultsAndModelsById) {
+  const std::string prompt = "The jury said that the";
+  const std::string full = alone(prompt, 12);
+  ServeOptions o;
+  o.stop = {full.substr(full.size() / 2, 3)};
+  o.system = "You are terse.";
+  start(o);
+  auto c = client();
+  auto text = [&](const Json& body) {
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? Json::parse(r->body)["choices"][0]["text"].get<std::string>() : "";
+  };
+  EXPECT_EQ(text({{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}}), full.substr(0, full.find(o.stop[0])));
+  EXPECT_EQ(text({{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"stop", "zzqx"}}), full);
+  if (has_template_) {
+    const Json msgs = Json::array({{{"role", "user"}, {"content", "Hello"}}});
+    auto r = c.Post("/v1/chat/completions", Json{{"messages", msgs}, {"max_tokens", 8}, {"temperature", 0}, {"stop", "zzqx"}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    Json with_system = msgs;
+    with_system.insert(with_system.begin(), Json{{"role", "system"}, {"content", o.system}});
+    EXPECT_EQ(Json::parse(r->body)["choices"][0]["message"]["content"],
+              alone(render_chat(load_chat_templates(kDemo), with_system, nullptr, true), 8));
+  }
+  auto m = c.Get("/v1/models/demo");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_EQ(Json::parse(m->body)["id"], "demo");
+  auto missing = c.Get("/v1/models/other/model");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(Json::parse(missing->body)["error"]["param"], "model");
+}
+
 // stop() while one request generates and two wait for the slot: all three end at once as 503
 // ("the server is stopping") instead of the shutdown waiting for every whole answer (the HTTP
 // threads used to be joined before the batcher was stopped).
