@@ -1,0 +1,111 @@
+// ExpertSlotMap (the GPU expert cache's bookkeeping): least recently used eviction that never
+// takes a slot the same step placed, pins that stay, errors for impossible steps, and hits and
+// misses equal to a straightforward LRU simulation over random routing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <list>
+#include <map>
+#include <random>
+
+#include "core/error.h"
+#include "stream/expert_slot_map.h"
+
+namespace moeflux {
+namespace {
+
+std::vector<bool> hits(const std::vector<ExpertSlotMap::Placement>& p) {
+  std::vector<bool> h;
+  for (const auto& x : p) h.push_back(x.hit);
+  return h;
+}
+
+TEST(ExpertSlotMap, LeastRecentlyUsedGoesFirst) {
+  ExpertSlotMap m(3, 2, 8);
+  const auto first = m.place(0, std::vector<int32_t>{0, 1, 2});
+  EXPECT_EQ(hits(first), (std::vector<bool>{false, false, false}));
+  EXPECT_EQ(hits(m.place(0, std::vector<int32_t>{0})), std::vector<bool>{true});
+  const auto p = m.place(0, std::vector<int32_t>{3});  // 1 is the least recently used now
+  EXPECT_FALSE(p[0].hit);
+  EXPECT_EQ(p[0].slot, first[1].slot);
+  EXPECT_EQ(m.slot_of(0, 1), -1);
+  EXPECT_EQ(m.slot_of(0, 3), first[1].slot);
+  EXPECT_EQ(m.slot_of(0, 0), first[0].slot);
+  // Layers are separate keys.
+  EXPECT_FALSE(m.place(1, std::vector<int32_t>{0})[0].hit);
+  EXPECT_EQ(m.stats().lookups, 6u);
+  EXPECT_EQ(m.stats().hits, 1u);
+  EXPECT_EQ(m.stats().misses, 5u);
+  EXPECT_EQ(m.stats().evictions, 2u);
+}
+
+TEST(ExpertSlotMap, AStepKeepsItsOwnSlots) {
+  ExpertSlotMap m(2, 1, 8);
+  m.place(0, std::vector<int32_t>{0, 1});
+  const auto p = m.place(0, std::vector<int32_t>{2, 3});  // both evicted, not 2 for 3
+  EXPECT_NE(p[0].slot, p[1].slot);
+  EXPECT_EQ(m.slot_of(0, 2), p[0].slot);
+  EXPECT_EQ(m.slot_of(0, 3), p[1].slot);
+  EXPECT_THROW(m.place(0, std::vector<int32_t>{4, 5, 6}), Error);       // more than the slots
+  EXPECT_THROW(m.place(0, std::vector<int32_t>{2, 2}), Error);          // twice
+  EXPECT_THROW(m.place(0, std::vector<int32_t>{8}), Error);             // no such expert
+  EXPECT_THROW(m.place(1, std::vector<int32_t>{0}), Error);             // no such layer
+  EXPECT_THROW(ExpertSlotMap(0, 1, 8), Error);
+}
+
+TEST(ExpertSlotMap, PinnedRecordsStay) {
+  ExpertSlotMap m(3, 1, 16);
+  ExpertSlotMap::Placement w;
+  ASSERT_TRUE(m.pin(0, 5, &w));
+  EXPECT_FALSE(w.hit);
+  EXPECT_EQ(m.pinned(), 1);
+  for (int e = 0; e < 16; ++e)
+    if (e != 5) m.place(0, std::vector<int32_t>{e, (e + 1) % 16 == 5 ? 6 : (e + 1) % 16});
+  EXPECT_EQ(m.slot_of(0, 5), w.slot);
+  EXPECT_TRUE(m.place(0, std::vector<int32_t>{5})[0].hit);
+  EXPECT_THROW(m.place(0, std::vector<int32_t>{0, 1, 2}), Error);  // two unpinned slots only
+  ExpertSlotMap::Placement again;
+  ASSERT_TRUE(m.pin(0, 5, &again));  // pinned already: the same slot, a hit
+  EXPECT_TRUE(again.hit);
+  EXPECT_EQ(again.slot, w.slot);
+  EXPECT_EQ(m.pinned(), 1);
+  ExpertSlotMap full(1, 1, 4);
+  ASSERT_TRUE(full.pin(0, 0, &w));
+  EXPECT_FALSE(full.pin(0, 1, &w));
+}
+
+// Random steps of 1-8 distinct experts of 4 layers x 32 experts through 40 slots, against a
+// list kept in use order: the same hits, and no two records ever share a slot.
+TEST(ExpertSlotMap, EqualsASimpleLruSimulation) {
+  ExpertSlotMap m(40, 4, 32);
+  std::list<std::pair<int, int>> lru;  // front: least recently used
+  std::mt19937 rng(7);
+  for (int step = 0; step < 3000; ++step) {
+    const int layer = int(rng() % 4);
+    std::vector<int32_t> ex;
+    const int n = 1 + int(rng() % 8);
+    while (int(ex.size()) < n) {
+      const int32_t e = int32_t(std::min<uint32_t>(rng() % 32, rng() % 32));  // skewed
+      if (std::find(ex.begin(), ex.end(), e) == ex.end()) ex.push_back(e);
+    }
+    std::vector<bool> want;
+    for (int32_t e : ex) {
+      auto it = std::find(lru.begin(), lru.end(), std::pair{layer, int(e)});
+      want.push_back(it != lru.end());
+      if (it != lru.end()) lru.erase(it);
+      else if (lru.size() == 40) lru.pop_front();
+      lru.emplace_back(layer, e);
+    }
+    ASSERT_EQ(hits(m.place(layer, ex)), want) << "step " << step;
+  }
+  std::map<int64_t, int> owners;
+  for (int l = 0; l < 4; ++l)
+    for (int e = 0; e < 32; ++e)
+      if (const int64_t s = m.slot_of(l, e); s >= 0) {
+        EXPECT_EQ(++owners[s], 1) << "slot " << s;
+      }
+  EXPECT_EQ(owners.size(), 40u);
+}
+
+}  // namespace
+}  // namespace moeflux
