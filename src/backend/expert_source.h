@@ -40,6 +40,8 @@ class ExpertSource {
   virtual bool wants_prefetch() const = 0;
   // How many experts of `layer` one fetch should pin at once (>= 1).
   virtual size_t window(int layer) const = 0;
+  // The bytes of all expert records it serves (0: unknown), for budgets given as a share.
+  virtual uint64_t total_bytes() const { return 0; }
 };
 
 // A backend's rewrite of one expert record, in place, after its read and before any use

@@ -124,7 +124,7 @@ class ExpertCache final : public ExpertSource {
   size_t n_layers() const { return files_.n_layers(); }
   const ExpertLayer& layer(int l) const { return files_.layer(l); }
   const std::vector<ExpertLayer>& layers() const { return files_.layers(); }
-  uint64_t total_bytes() const { return total_bytes_; }  // all records of the pack
+  uint64_t total_bytes() const override { return total_bytes_; }  // all records of the pack
   ExpertCacheStats stats() const;
   void reset_stats();
   // Demand accesses per layer and expert since the cache was made (a routing profile).

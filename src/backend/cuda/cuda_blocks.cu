@@ -8,6 +8,7 @@
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/dot_rows.cuh"
+#include "backend/cuda/expert_records.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
@@ -102,26 +103,6 @@ std::vector<const uint8_t*> mirror_views(Mirror& mirror, const std::vector<const
     for (size_t i = 0; i < ps.size(); ++i) out[i] = static_cast<const uint8_t*>(mirror.get(ps[i], bytes));
   }
   return out;
-}
-
-// The bytes of an expert's record its views reach, from `base`.
-size_t record_extent(const SwiGlu& s, const uint8_t* base) {
-  size_t end = 0;
-  for (const QWeight* w : {&s.gate, &s.up, &s.down}) {
-    end = std::max(end, size_t(w->data - base) + w->data_bytes());
-    const size_t sb = scale_bytes(*w);
-    for (const uint8_t* p : {w->scales, w->biases, w->block_scales})
-      if (p) end = std::max(end, size_t(p - base) + sb);
-  }
-  return end;
-}
-
-// proto (a view of w's shape) with w's pointers, already on the device.
-DW on_device(DW proto, const QWeight& w) {
-  proto.data = w.data;
-  proto.scales = w.format == WFormat::Fp8Block ? w.block_scales : w.scales;
-  proto.biases = w.biases;
-  return proto;
 }
 
 }  // namespace

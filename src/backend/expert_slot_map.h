@@ -31,6 +31,10 @@ class ExpertSlotMap {
   // pinned already.
   bool pin(int layer, int expert, Placement* where);
 
+  // Frees the slot of (layer, expert) unless it is pinned (a record whose copy failed).
+  void drop(int layer, int expert);
+  // Room for layers [0, layers) (keys of layers beyond the constructor's).
+  void grow(int layers);
   int64_t slots() const { return int64_t(slot_key_.size()); }
   int64_t pinned() const { return pinned_; }
   // The slot holding (layer, expert), or -1.

@@ -1,5 +1,6 @@
 // ExpertSlotMap (the GPU expert cache's bookkeeping): least recently used eviction that never
-// takes a slot the same step placed, pins that stay, errors for impossible steps, and hits and
+// takes a slot the same step placed, pins that stay, dropped records and added layers, errors
+// for impossible steps, and hits and
 // misses equal to a straightforward LRU simulation over random routing.
 #include <gtest/gtest.h>
 
@@ -9,7 +10,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "stream/expert_slot_map.h"
+#include "backend/expert_slot_map.h"
 
 namespace moeflux {
 namespace {
@@ -51,6 +52,19 @@ TEST(ExpertSlotMap, AStepKeepsItsOwnSlots) {
   EXPECT_THROW(m.place(0, std::vector<int32_t>{8}), Error);             // no such expert
   EXPECT_THROW(m.place(1, std::vector<int32_t>{0}), Error);             // no such layer
   EXPECT_THROW(ExpertSlotMap(0, 1, 8), Error);
+}
+
+TEST(ExpertSlotMap, DropAndGrow) {
+  ExpertSlotMap m(2, 1, 4);
+  const auto p = m.place(0, std::vector<int32_t>{1, 2});
+  m.drop(0, 1);  // its copy failed: the slot is free again, the record not there
+  EXPECT_EQ(m.slot_of(0, 1), -1);
+  EXPECT_FALSE(m.place(0, std::vector<int32_t>{1})[0].hit);
+  EXPECT_EQ(m.slot_of(0, 2), p[1].slot) << "a free slot is taken before an eviction";
+  m.grow(3);
+  EXPECT_FALSE(m.place(2, std::vector<int32_t>{3})[0].hit);
+  EXPECT_EQ(m.slot_of(0, 2), -1) << "the least recently used went";
+  EXPECT_EQ(m.slot_of(0, 1), p[0].slot);
 }
 
 TEST(ExpertSlotMap, PinnedRecordsStay) {

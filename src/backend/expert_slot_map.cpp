@@ -1,6 +1,6 @@
 // ExpertSlotMap: an LRU list threaded through the slots; a step's slots are kept from eviction
 // by the step number they were placed in.
-#include "stream/expert_slot_map.h"
+#include "backend/expert_slot_map.h"
 
 #include "core/error.h"
 
@@ -39,6 +39,24 @@ int64_t ExpertSlotMap::victim(uint64_t step) const {
   for (int64_t s = head_; s >= 0; s = next_[size_t(s)])
     if (used_in_[size_t(s)] != step) return s;
   return -1;
+}
+
+void ExpertSlotMap::drop(int layer, int expert) {
+  if (layer < 0 || layer >= layers_ || expert < 0 || expert >= experts_) return;
+  const size_t k = key(layer, expert);
+  const int64_t s = where_[k];
+  if (s < 0 || pinned_slot_[size_t(s)]) return;
+  unlink(s);
+  where_[k] = -1;
+  slot_key_[size_t(s)] = -1;
+  free_.push_back(s);
+}
+
+void ExpertSlotMap::grow(int layers) {
+  if (layers <= layers_) return;
+  // Keys are layer-major: the existing ones keep their values.
+  layers_ = layers;
+  where_.resize(size_t(layers_) * size_t(experts_), -1);
 }
 
 std::vector<ExpertSlotMap::Placement> ExpertSlotMap::place(int layer, std::span<const int32_t> experts) {
