@@ -151,6 +151,9 @@ int ApiServer::start() {
   static_cast<Http&>(*http_).widen_backlog(SOMAXCONN);
   batcher_.start();
   thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // stop() is a no-op for a server that is not listening yet: return once it is.
+  for (int i = 0; i < 5000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!http_->is_running()) fail("serve: the server on ", opt_.host, ":", port, " did not start listening");
   return port;
 }
 
@@ -169,6 +172,7 @@ void ApiServer::install_routes() {
   s.set_payload_max_length(opt_.max_body);
   s.set_read_timeout(60, 0);  // a slow or busy client is not cut off after 5 s
   s.set_write_timeout(60, 0);
+  s.set_keep_alive_timeout(1);  // an idle connection holds a shutdown this long at most
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const std::string what = res.status == 404 ? "no route " + req.method + " " + req.path

@@ -329,6 +329,25 @@ TEST_F(ServerTest, ServeStopAndSystemAreDefaultsAndModelsById) {
   EXPECT_EQ(Json::parse(missing->body)["error"]["param"], "model");
 }
 
+// A server stopped right after start() (before its listening thread ran, or with a client's
+// idle keep-alive connection open) stops within a few seconds: never a hang.
+TEST_F(ServerTest, StopsAtOnceAfterStartAndWithIdleConnections) {
+  auto quick = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 10; ++i) {
+      start();
+      server_.reset();
+    }
+  });
+  ASSERT_EQ(quick.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "start / stop hangs";
+  start();
+  httplib::Client c = client();
+  c.set_keep_alive(true);
+  ASSERT_TRUE(c.Get("/health"));
+  const auto t0 = std::chrono::steady_clock::now();
+  server_.reset();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.5);
+}
+
 // stop() while one request generates and two wait for the slot: all three end at once as 503
 // ("the server is stopping") instead of the shutdown waiting for every whole answer (the HTTP
 // threads used to be joined before the batcher was stopped).
