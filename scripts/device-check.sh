@@ -13,6 +13,9 @@
 #   cuda-bench  bench --backend cuda on synth packs: qwen3-30b-a3b (CUDA_LAYERS of 48, default
 #               all) -p 512 -n 128, and mixtral-8x7b (4 layers) -p 512 -n 128; CUDA_PROFILE=1
 #               adds the per-stage profile of qwen3-30b-a3b
+#   serve-bench the load benchmark of moeflux serve --backend cuda (scripts/bench-serve.py, 1 / 4 /
+#               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48): a full build with the libraries
+#               the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"])
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
@@ -85,6 +88,16 @@ PY
           grep -E "^  [A-Z]|Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued|Eligible|Hit Rate|Block Size|Grid Size" | head -60
       done
       ;;
+    serve-bench)
+      [ -d carry/deps ] || { echo "serve-bench: no carry/deps (scripts/carry-deps.sh, carry [\"carry/deps\"])"; continue; }
+      export LD_LIBRARY_PATH=$PWD/carry/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      PKG_CONFIG_LIBDIR=$PWD/carry/deps/lib/pkgconfig cmake -S . -B "$W/full" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+        -DMOEFLUX_TESTS=OFF -DMOEFLUX_WERROR=OFF -DCMAKE_PREFIX_PATH="$PWD/carry/deps" >"$OUT/cmake-full.log" 2>&1 &&
+        timeout 400 cmake --build "$W/full" -j"$(nproc)" --target moeflux >"$OUT/build-full.log" 2>&1 ||
+        { tail -20 "$OUT/cmake-full.log" "$OUT/build-full.log"; continue; }
+      q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
+      timeout 500 python3 scripts/bench-serve.py --moeflux "$W/full/src/moeflux" -m "$q" --tokenizer tests/data/tokenizers/qwen3 \
+        --clients 1,4,16 --requests 2 --max-tokens 64 --extra "--backend cuda" 2>&1 | tee "$OUT/serve-bench.log" | tail -12 ;;
     cuda-bench)
       q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
       timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 3 ${CUDA_BENCH:-} 2>&1 | tee "$OUT/cuda-bench-q30.log" | rows
