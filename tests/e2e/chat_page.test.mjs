@@ -67,11 +67,26 @@ async function say(page, text) {
   return {answer: await bubble.textContent(), texts: await page.evaluate(() => window.__texts)};
 }
 
-test('the chat page streams greedy answers equal to the API\'s', {timeout: 180000}, async () => {
-  const srv = await startServer(exe, SERVER_ARGS);
+// Runs body(srv, browser) against a server started with `args` and a fresh browser; prints the
+// server's log when it fails; the server must exit 0 on SIGTERM.
+async function withServer(args, body) {
+  const srv = await startServer(exe, args);
   let browser;
   try {
     browser = await launch();
+    await body(srv, browser);
+  } catch (e) {
+    console.error(srv.log());
+    throw e;
+  } finally {
+    if (browser) await browser.close();
+    const {code} = await srv.stop();
+    assert.equal(code, 0, srv.log());
+  }
+}
+
+test('the chat page streams greedy answers equal to the API\'s', {timeout: 180000}, async () => {
+  await withServer(SERVER_ARGS, async (srv, browser) => {
     const {page, seen} = await openPage(browser, srv);
     await page.waitForFunction(name => document.getElementById('model').textContent === name, DEMO_NAME,
                                {timeout: 10000});
@@ -114,21 +129,11 @@ test('the chat page streams greedy answers equal to the API\'s', {timeout: 18000
     assert.equal(t3.answer, want1.text);
     assert.deepEqual(seen.bodies[2].messages, [{role: 'user', content: q1}]);
     assert.deepEqual(seen.errors, []);
-  } catch (e) {
-    console.error(srv.log());
-    throw e;
-  } finally {
-    if (browser) await browser.close();
-    const {code} = await srv.stop();
-    assert.equal(code, 0, srv.log());
-  }
+  });
 });
 
 test('with --api-key the page asks for the key once and keeps it', {timeout: 180000}, async () => {
-  const srv = await startServer(exe, [...SERVER_ARGS, '--api-key', 'sesame']);
-  let browser;
-  try {
-    browser = await launch();
+  await withServer([...SERVER_ARGS, '--api-key', 'sesame'], async (srv, browser) => {
     const {page, seen} = await openPage(browser, srv);
     const prompts = [];
     page.on('dialog', d => {
@@ -146,12 +151,5 @@ test('with --api-key the page asks for the key once and keeps it', {timeout: 180
                                {timeout: 10000});
     assert.equal(prompts.length, 1);
     assert.deepEqual(seen.errors, []);
-  } catch (e) {
-    console.error(srv.log());
-    throw e;
-  } finally {
-    if (browser) await browser.close();
-    const {code} = await srv.stop();
-    assert.equal(code, 0, srv.log());
-  }
+  });
 });
