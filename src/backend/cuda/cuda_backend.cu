@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
 namespace moeflux {
@@ -154,10 +155,16 @@ const float* CudaBackend::dvec(const std::vector<float>& v) const {
 }
 
 std::unique_ptr<LayerState> CudaBackend::make_state(const GqaSpec& a) const {
-  return std::make_unique<KvCacheDev>(a.n_kv_heads, a.head_dim, stream_);
+  return std::make_unique<KvCacheDev>(a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim, stream_);
 }
-std::unique_ptr<LayerState> CudaBackend::make_state(const MlaSpec& a) const { return host_->make_state(a); }
-std::unique_ptr<LayerState> CudaBackend::make_state(const GdnSpec& a) const { return host_->make_state(a); }
+std::unique_ptr<LayerState> CudaBackend::make_state(const MlaSpec& a) const {
+  if (!mla_fits(mla_dev(a))) return host_->make_state(a);  // run on the host (mla_attention)
+  return std::make_unique<KvCacheDev>(a.kv_lora_rank, a.qk_rope_dim, stream_, "c", "k_pe");
+}
+std::unique_ptr<LayerState> CudaBackend::make_state(const GdnSpec& a) const {
+  if (!gdn_fits(gdn_dev(a))) return host_->make_state(a);  // run on the host (gated_delta_net)
+  return std::make_unique<GdnStateDev>((a.conv_kernel - 1) * a.conv_dim(), a.n_v_heads * a.k_dim * a.v_dim, stream_);
+}
 
 std::unique_ptr<ActBuffer> CudaBackend::alloc(size_t floats) const {
   return std::make_unique<DeviceActBuffer>(pool_, floats);

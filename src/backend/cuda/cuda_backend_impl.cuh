@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_options.h"
 #include "backend/cuda/device_memory.cuh"
 #include "backend/cuda/dweight.cuh"
+#include "backend/cuda/kernels.cuh"
 
 namespace moeflux {
 
@@ -59,8 +60,9 @@ class CudaBackend final : public Backend {
   void rope(const RopeTable& t, int64_t head_dim, int64_t pos0, Act x) override;
   void matmul(std::span<const QWeight* const> ws, Act x, std::span<const Act> ys) override;
   void gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
-  // MLA and GatedDeltaNet run on the host (the cpu backend over host copies of x and out, the
-  // state in host memory) until they have kernels of their own.
+  // MLA (in the latent space) and GatedDeltaNet on the device; where a shape exceeds their
+  // kernels' (mla_fits, gdn_fits), on the host: the cpu backend over host copies of x and
+  // out, the state in host memory.
   void mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
   void gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
   void swiglu(const SwiGlu& s, Act x, Act out) override;
@@ -94,6 +96,9 @@ class CudaBackend final : public Backend {
   void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
                     const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
   void host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run);
+  // a's shape for the GatedDeltaNet / MLA kernels (no pointers).
+  cuda::GdnDev gdn_dev(const GdnSpec& a) const;
+  cuda::MlaDev mla_dev(const MlaSpec& a) const;
   // Replay: the ops only keep their host-side books; the graph runs in logits().
   bool replaying() const { return mode_ == Mode::Replay; }
   // Device positions of the sequences of `seqs` (one int each, in order): the step's staging when
