@@ -8,14 +8,17 @@
 #   ab      this tree against each carry tree, alternating ROUNDS rounds (default 3, the order
 #           reversed every other round): bench $BENCH (default -p 128 -n 32 -r 3)
 #   stream  expert streaming tables (scripts/device-stream.sh)
-#   cuda-test   the CUDA tests: the backend op table and the fixture suite through cuda
-#               (logs under $OUT/cuda-*.log)
+#   cuda-test   the CUDA tests: the backend op table, the fixture suite and the engine tests
+#               through cuda, the GPU expert cache's (logs under $OUT/cuda-*.log)
 #   cuda-bench  bench --backend cuda on synth packs: qwen3-30b-a3b (CUDA_LAYERS of 48, default
 #               all) -p 512 -n 128, and mixtral-8x7b (4 layers) -p 512 -n 128; CUDA_PROFILE=1
 #               adds the per-stage profile of qwen3-30b-a3b
 #   serve-bench the load benchmark of moeflux serve --backend cuda (scripts/bench-serve.py, 1 / 4 /
 #               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48): a full build with the libraries
 #               the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"])
+#   cuda-cache  the GPU expert cache: bench --backend cuda on qwen3-30b-a3b (CUDA_LAYERS of 48),
+#               experts streamed (host cache 100%) through GPU budgets of 10/25/50/100%, uniform
+#               routing and --routing-skew 1
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
@@ -36,11 +39,11 @@ for t in carry/*/; do
   n=$(basename "$t")
   [ -f "$t/CMakeLists.txt" ] && build "$t" "$W/tree-$n" "$n" && bins+=("$n=$W/tree-$n/src/moeflux")
 done
-synth() {  # synth PRESET LAYERS: the pack's path
-  local p=$W/$1-l$2
+synth() {  # synth PRESET LAYERS [SKEW]: the pack's path
+  local p=$W/$1-l$2${3:+-s$3}
   if [ ! -f "$p/manifest.json" ]; then
     local t0=$SECONDS
-    timeout 420 $W/build/src/moeflux synth --preset "$1" --layers "$2" --format pack --out "$p" >/dev/null 2>&1
+    timeout 420 $W/build/src/moeflux synth --preset "$1" --layers "$2" --routing-skew "${3:-0}" --format pack --out "$p" >/dev/null 2>&1
     echo "synth of $1, $2 layers: $((SECONDS - t0)) s" >&2
   fi
   echo "$p"
@@ -60,7 +63,7 @@ for s in $steps; do
       timeout 300 "$W/build/tests/test_models" --gtest_filter='*BackendFixture*cuda*' >"$OUT/cuda-fixtures.log" 2>&1
       echo "fixtures: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-fixtures.log" | tr '\n' ' ')"
       grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-fixtures.log" | head -30
-      timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*' >"$OUT/cuda-engine.log" 2>&1
+      timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*:GpuExpertCache*' >"$OUT/cuda-engine.log" 2>&1
       echo "engine: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine.log" | tr '\n' ' ')"
       grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-engine.log" | head -30 ;;
     cuda-ncu)
@@ -98,6 +101,15 @@ PY
       q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
       timeout 500 python3 scripts/bench-serve.py --moeflux "$W/full/src/moeflux" -m "$q" --tokenizer tests/data/tokenizers/qwen3 \
         --clients 1,4,16 --requests 2 --max-tokens 64 --extra "--backend cuda" 2>&1 | tee "$OUT/serve-bench.log" | tail -12 ;;
+    cuda-cache)
+      for skew in 0 1; do
+        q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}" "$skew")
+        for b in 10% 25% 50% 100%; do
+          timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 2 --expert-cache 100% \
+            --gpu-expert-cache "$b" 2>&1 | tee "$OUT/cuda-cache-s$skew-$b.log" | rows | sed "s/^/skew $skew gpu $b /"
+          grep "gpu expert cache" "$OUT/cuda-cache-s$skew-$b.log" | sed "s/^/  skew $skew gpu $b: /"
+        done
+      done ;;
     cuda-bench)
       q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
       timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 3 ${CUDA_BENCH:-} 2>&1 | tee "$OUT/cuda-bench-q30.log" | rows

@@ -388,6 +388,7 @@ Runner register_bench(CLI::App& app) {
                     100 * c.recall());
       }
     }
+    if (const std::string g = be.fact("gpu_expert_cache"); !g.empty()) std::printf("\ngpu expert cache: %s\n", g.c_str());
     finish_streaming(*model, a->stream, measured_s);
     return 0;
   };

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "core/byte_budget.h"
 #include "core/error.h"
 
 namespace moeflux::cli {
@@ -18,9 +19,16 @@ void add_compute_options(CLI::App* sub, ComputeArgs& a) {
   sub->add_option("--n-gpu-layers", a.gpu_layers,
                   "llama.cpp's -ngl: GPU offload is chosen with --backend cuda (the whole model on the GPU)")
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--gpu-expert-cache", a.gpu_expert_cache,
+                  "GPU memory for the experts a pack streams (--backend cuda): SIZE (24G), P% of the experts, or auto "
+                  "(the free GPU memory less a reserve); default none: each step's experts are staged");
 }
 
 void ComputeArgs::apply() const {
+  if (!gpu_expert_cache.empty()) {
+    if (backend != "cuda" && backend != "auto") fail("--gpu-expert-cache needs --backend cuda (or auto)");
+    parse_byte_budget("--gpu-expert-cache", gpu_expert_cache, 1, 1);  // the syntax, before loading anything
+  }
   if (gpu_layers > 0)
     fail("-ngl / --n-gpu-layers ", gpu_layers, ": GPU offload is chosen with --backend cuda (the whole model runs on "
          "the GPU; --backend auto: the GPU when there is one); drop -ngl");
@@ -32,6 +40,7 @@ BackendOptions ComputeArgs::backend_options(Repack repack) const {
   o.cpu.threads = threads;
   o.cpu.isa = cpu_isa;
   o.cpu.repack = repack;
+  o.cuda.expert_cache = gpu_expert_cache;
   return o;
 }
 

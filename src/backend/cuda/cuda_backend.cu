@@ -102,11 +102,20 @@ std::string CudaBackend::describe() const {
 std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
   char mirrored[32];
   std::snprintf(mirrored, sizeof mirrored, "%.2f", double(mirror_.bytes()) / 1e9);
-  return {{"device", prop_.name},
-          {"sm", cat(prop_.major, prop_.minor)},
-          {"multiprocessors", cat(prop_.multiProcessorCount)},
-          {"memory_gb", cat(prop_.totalGlobalMem / 1000000000)},
-          {"mirrored_gb", mirrored}};
+  std::vector<std::pair<std::string, std::string>> f = {{"device", prop_.name},
+                                                        {"sm", cat(prop_.major, prop_.minor)},
+                                                        {"multiprocessors", cat(prop_.multiProcessorCount)},
+                                                        {"memory_gb", cat(prop_.totalGlobalMem / 1000000000)},
+                                                        {"mirrored_gb", mirrored}};
+  if (gpu_experts_) {
+    const GpuExpertStats st = gpu_experts_->stats();
+    char line[160];
+    std::snprintf(line, sizeof line, "%lld slots of %.1f MB, hits %.1f%% of %llu, %.2f GB copied, %.3f s waiting",
+                  (long long)gpu_experts_->slots(), double(gpu_experts_->extent()) / 1e6, 100 * st.slots.hit_rate(),
+                  (unsigned long long)st.slots.lookups, double(st.bytes_copied) / 1e9, st.copy_wait_s);
+    f.emplace_back("gpu_expert_cache", line);
+  }
+  return f;
 }
 
 bool CudaBackend::supports(Op op, const QWeight& w) const { return cuda_fmt(w) != kNoFmt; }

@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_options.h"
 #include "backend/cuda/device_memory.cuh"
 #include "backend/cuda/dweight.cuh"
+#include "backend/cuda/gpu_experts.cuh"
 #include "backend/cuda/kernels.cuh"
 
 namespace moeflux {
@@ -93,6 +94,10 @@ class CudaBackend final : public Backend {
   const float* dvec(const std::vector<float>& v) const;
   const ExpertTable& expert_table(const MoeSpec& m);
   void swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float* out);
+  // Streamed experts through the GPU expert cache (--gpu-expert-cache), made at the first call.
+  void moe_cached(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
+                  const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
+  std::unique_ptr<cuda::GpuExperts> gpu_experts_;
   void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
                     const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
   void host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run);
