@@ -92,14 +92,16 @@ constexpr int64_t kWorthCopying = 16;
 void Batcher::place(const std::shared_ptr<GenRequest>& r) {
   if (!cache_) cache_ = std::make_unique<PrefixCache>(opt_.cache_bytes, engine_.new_sequence()->recurrent());
   const std::vector<int32_t>& prompt = r->prompt;
-  // The free slot whose state serves the most of the prompt; else the emptiest free one.
+  // The free slot whose state serves the most of the prompt; else the emptiest free one (a few
+  // shared tokens, a chat template's opening, are no reason to take over another's state).
   Slot* best = nullptr;
-  int64_t keep = 0, best_held = 0;
+  int64_t keep = 0, best_score = 0, best_held = 0;
   for (Slot& s : slots_) {
     if (s.req) continue;
     const int64_t k = s.seq ? reusable_prefix(s.seq->tokens(), s.seq->checkpoint_positions(), s.seq->recurrent(), prompt) : 0;
-    const int64_t held = s.seq ? s.seq->pos() : 0;
-    if (!best || k > keep || (k == keep && held < best_held)) best = &s, keep = k, best_held = held;
+    const int64_t held = s.seq ? s.seq->pos() : 0, score = k >= kWorthCopying ? k : 0;
+    if (!best || score > best_score || (score == best_score && held < best_held))
+      best = &s, keep = k, best_score = score, best_held = held;
   }
   MF_ASSERT(best);
   Slot& s = *best;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "backend/registry.h"
 #include "core/error.h"
 #include "engine/generate.h"
 #include "engine/session.h"
@@ -36,7 +37,8 @@ class ServerTest : public ::testing::Test {
     delete model_;
     delete tok_;
   }
-  void start(ServeOptions o = {}) {
+  // `on`: the model to serve (default: the demo on the cpu backend).
+  void start(ServeOptions o = {}, const Model* on = nullptr) {
     o.port = 0, o.model_name = "demo";
     std::optional<ChatTemplates> t;
     try {
@@ -44,7 +46,7 @@ class ServerTest : public ::testing::Test {
     } catch (const Error&) {
     }
     has_template_ = t.has_value();
-    server_ = std::make_unique<ApiServer>(*model_, *tok_, std::move(t), std::vector<int32_t>{}, o);
+    server_ = std::make_unique<ApiServer>(on ? *on : *model_, *tok_, std::move(t), std::vector<int32_t>{}, o);
     port_ = server_->start();
   }
   httplib::Client client() const {
@@ -350,11 +352,20 @@ TEST_F(ServerTest, StopsAtOnceAfterStartAndWithIdleConnections) {
 
 // stop() while one request generates and two wait for the slot: all three end at once as 503
 // ("the server is stopping") instead of the shutdown waiting for every whole answer (the HTTP
-// threads used to be joined before the batcher was stopped).
+// threads used to be joined before the batcher was stopped). The model runs on the reference
+// backend, so that the first answer (to the context's end) is still generating when the other
+// two have queued, however busy the machine.
 TEST_F(ServerTest, StopCancelsWhatGeneratesAndWaits) {
+  BackendOptions ref;
+  ref.name = "ref";
+  const auto slow = load_model(kDemo, MapMode::Map, make_backend(ref));
+  struct StopFirst {  // the server goes before the model it serves, also when an assertion returns
+    std::unique_ptr<ApiServer>& server;
+    ~StopFirst() { server.reset(); }
+  } stop_first{server_};
   ServeOptions o;
   o.batch.slots = 1;
-  start(o);
+  start(o, slow.get());
   const std::string body = Json{{"prompt", "The jury said that the"}, {"temperature", 0}}.dump();  // to the context's end
   std::vector<std::future<int>> status;
   for (int i = 0; i < 3; ++i)
