@@ -145,6 +145,13 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat, con
       r.include_usage = u->get<bool>();
     }
   }
+  if (const Json* v = field(j, "response_format")) {  // constrained output is not done: say so
+    const Json* t = v->is_object() ? field(*v, "type") : nullptr;
+    if (!t || !t->is_string()) throw ApiError(400, "'response_format' must be an object with a 'type'", "response_format");
+    if (*t != "text")
+      throw ApiError(400, "'response_format' " + t->get<std::string>() + " is not supported (only \"text\")",
+                     "response_format");
+  }
   if (const Json* v = field(j, "n"); v && integer(*v, "n", 1, 1 << 20) != 1)
     throw ApiError(400, "'n' above 1 is not supported", "n");
   if (chat) {

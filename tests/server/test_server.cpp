@@ -243,6 +243,17 @@ TEST_F(ServerTest, ErrorsInOpenAIShape) {
   expect_error(c.Post("/v1/chat/completions", key, R"({"messages": [{"role": "wizard", "content": "x"}]})",
                       "application/json"),
                400, "role");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "model": "gpt-4o"})", "application/json"), 400,
+               "'gpt-4o' is not served here");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "response_format": {"type": "json_object"}})",
+                      "application/json"),
+               400, "not supported");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "response_format": "json"})", "application/json"), 400,
+               "response_format");
+  auto named = c.Post("/v1/completions", key, R"({"prompt": "a", "model": "demo", "max_tokens": 1, "response_format": {"type": "text"}})",
+                      "application/json");
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->status, 200) << named->body;
   expect_error(c.Post("/v1/completions", key, std::string(8192, ' '), "application/json"), 413, "too large");
   expect_error(c.Get("/v1/nothing", key), 404, "no route");
   auto ok = c.Get("/v1/models", key);
