@@ -36,6 +36,8 @@ bool Batcher::submit(std::shared_ptr<GenRequest> r) {
   const int64_t V = engine_.model().cfg.vocab_size;
   for (int32_t t : r->prompt)
     if (t < 0 || t >= V) fail("token id ", t, " is outside the vocabulary [0, ", V, ")");
+  for (const auto& b : r->sampling.logit_bias)
+    if (b.first >= V) fail("logit_bias names token ", b.first, ", outside the vocabulary [0, ", V, ")");
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || queue_.size() >= opt_.max_queue) return false;
   queue_.push_back(std::move(r));

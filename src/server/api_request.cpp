@@ -1,6 +1,8 @@
 // Request bodies: JSON -> CompletionRequest, checked field by field.
 #include "server/api_request.h"
 
+#include <algorithm>
+
 namespace moeflux {
 
 using Json = nlohmann::ordered_json;
@@ -143,6 +145,18 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat, con
     if (const Json* u = field(*v, "include_usage")) {
       if (!u->is_boolean()) throw ApiError(400, "'stream_options.include_usage' must be a boolean", "stream_options");
       r.include_usage = u->get<bool>();
+    }
+  }
+  if (const Json* v = field(j, "logit_bias"); v && !v->is_null()) {
+    if (!v->is_object() || v->size() > 1024)
+      throw ApiError(400, "'logit_bias' must be an object of up to 1024 token ids and biases", "logit_bias");
+    for (const auto& [key, bias] : v->items()) {
+      const bool digits = !key.empty() && key.size() <= 9 &&
+                          std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits || !bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100))
+        throw ApiError(400, "'logit_bias' maps token ids (\"123\") to numbers in [-100, 100]; not '" + key + "'",
+                       "logit_bias");
+      r.sampling.logit_bias.emplace_back(int32_t(std::stol(key)), bias.get<float>());
     }
   }
   if (const Json* v = field(j, "response_format")) {  // constrained output is not done: say so

@@ -250,6 +250,9 @@ TEST_F(ServerTest, ErrorsInOpenAIShape) {
                400, "not supported");
   expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "response_format": "json"})", "application/json"), 400,
                "response_format");
+  for (const char* bad : {R"({"abc": 1})", R"({"5": 200})", R"([1])", R"({"99999999": 1})"})
+    expect_error(c.Post("/v1/completions", key, std::string(R"({"prompt": "a", "logit_bias": )") + bad + "}", "application/json"),
+                 400, "logit_bias");
   auto named = c.Post("/v1/completions", key, R"({"prompt": "a", "model": "demo", "max_tokens": 1, "response_format": {"type": "text"}})",
                       "application/json");
   ASSERT_TRUE(named);
@@ -303,6 +306,26 @@ TEST_F(ServerTest, ServeMaxTokensIsTheDefaultOfRequestsWithout) {
   server_.reset();
   start();  // no default: up to the context's end (this test server has no end-of-text ids)
   EXPECT_GT(usage({{"prompt", prompt}, {"temperature", 0}}), 5);
+}
+
+// logit_bias: +100 on one token makes greedy decoding repeat it; -100 on the greedy first token
+// bans it.
+TEST_F(ServerTest, LogitBias) {
+  start();
+  auto c = client();
+  auto text = [&](const Json& bias) {
+    auto r = c.Post("/v1/completions", Json{{"prompt", "The jury said that the"}, {"max_tokens", 3}, {"temperature", 0},
+                                            {"logit_bias", bias}}.dump(),
+                    "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? Json::parse(r->body)["choices"][0]["text"].get<std::string>() : "";
+  };
+  const std::vector<int32_t> forced{17, 17, 17};
+  EXPECT_EQ(text({{"17", 100}}), tok_->decode(forced));
+  Session s(*model_);
+  const int32_t first = greedy_generate(s, tok_->encode("The jury said that the"), 1)[0];
+  const std::string banned = text({{std::to_string(first), -100}});
+  EXPECT_NE(tok_->encode(banned).at(0), first);
 }
 
 // serve --stop and --system: the stop strings and the system message of requests without
