@@ -92,7 +92,6 @@ constexpr int64_t kWorthCopying = 16;
 }  // namespace
 
 void Batcher::place(const std::shared_ptr<GenRequest>& r) {
-  if (!cache_) cache_ = std::make_unique<PrefixCache>(opt_.cache_bytes, engine_.new_sequence()->recurrent());
   const std::vector<int32_t>& prompt = r->prompt;
   // The free slot whose state serves the most of the prompt; else the emptiest free one (a few
   // shared tokens, a chat template's opening, are no reason to take over another's state).
@@ -108,15 +107,16 @@ void Batcher::place(const std::shared_ptr<GenRequest>& r) {
   MF_ASSERT(best);
   Slot& s = *best;
   if (!s.seq) s.seq = engine_.new_sequence();
-  const int64_t cached = opt_.cache_bytes > 0 ? cache_->find(prompt).tokens : 0;
-  const bool from_cache = cached >= keep + kWorthCopying;
+  if (!cache_) cache_ = std::make_unique<PrefixCache>(opt_.cache_bytes, s.seq->recurrent());
+  PrefixCache::Match m = opt_.cache_bytes > 0 ? cache_->find(prompt) : PrefixCache::Match{};
+  const bool from_cache = m.tokens >= keep + kWorthCopying;
   // What the slot holds beyond the part it keeps goes to the cache, when worth it.
-  if (opt_.cache_bytes > 0 && s.seq->pos() - (from_cache ? 0 : keep) >= kWorthCopying) cache_->put(s.seq->save());
-  bool hit = false;
-  if (from_cache) {
-    const PrefixCache::Match m = cache_->find(prompt);  // put() may have dropped or replaced it
-    if (m.tokens > keep) s.seq->restore(*m.snapshot), keep = m.tokens, hit = true;
+  if (opt_.cache_bytes > 0 && s.seq->pos() - (from_cache ? 0 : keep) >= kWorthCopying) {
+    cache_->put(s.seq->save());
+    if (from_cache) m = cache_->find(prompt);  // put() may have dropped or replaced it
   }
+  bool hit = false;
+  if (from_cache && m.tokens > keep) s.seq->restore(*m.snapshot), keep = m.tokens, hit = true;
   keep = s.seq->rewind(keep);
   s.sampler = std::make_unique<Sampler>(r->sampling);
   s.fed = s.cached = size_t(keep), s.generated = 0;
