@@ -36,6 +36,8 @@ bool Batcher::submit(std::shared_ptr<GenRequest> r) {
   const int64_t V = engine_.model().cfg.vocab_size;
   for (int32_t t : r->prompt)
     if (t < 0 || t >= V) fail("token id ", t, " is outside the vocabulary [0, ", V, ")");
+  for (const auto& b : r->sampling.logit_bias)
+    if (b.first >= V) fail("logit_bias names token ", b.first, ", outside the vocabulary [0, ", V, ")");
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || queue_.size() >= opt_.max_queue) return false;
   queue_.push_back(std::move(r));
@@ -90,29 +92,31 @@ constexpr int64_t kWorthCopying = 16;
 }  // namespace
 
 void Batcher::place(const std::shared_ptr<GenRequest>& r) {
-  if (!cache_) cache_ = std::make_unique<PrefixCache>(opt_.cache_bytes, engine_.new_sequence()->recurrent());
   const std::vector<int32_t>& prompt = r->prompt;
-  // The free slot whose state serves the most of the prompt; else the emptiest free one.
+  // The free slot whose state serves the most of the prompt; else the emptiest free one (a few
+  // shared tokens, a chat template's opening, are no reason to take over another's state).
   Slot* best = nullptr;
-  int64_t keep = 0, best_held = 0;
+  int64_t keep = 0, best_score = 0, best_held = 0;
   for (Slot& s : slots_) {
     if (s.req) continue;
     const int64_t k = s.seq ? reusable_prefix(s.seq->tokens(), s.seq->checkpoint_positions(), s.seq->recurrent(), prompt) : 0;
-    const int64_t held = s.seq ? s.seq->pos() : 0;
-    if (!best || k > keep || (k == keep && held < best_held)) best = &s, keep = k, best_held = held;
+    const int64_t held = s.seq ? s.seq->pos() : 0, score = k >= kWorthCopying ? k : 0;
+    if (!best || score > best_score || (score == best_score && held < best_held))
+      best = &s, keep = k, best_score = score, best_held = held;
   }
   MF_ASSERT(best);
   Slot& s = *best;
   if (!s.seq) s.seq = engine_.new_sequence();
-  const int64_t cached = opt_.cache_bytes > 0 ? cache_->find(prompt).tokens : 0;
-  const bool from_cache = cached >= keep + kWorthCopying;
+  if (!cache_) cache_ = std::make_unique<PrefixCache>(opt_.cache_bytes, s.seq->recurrent());
+  PrefixCache::Match m = opt_.cache_bytes > 0 ? cache_->find(prompt) : PrefixCache::Match{};
+  const bool from_cache = m.tokens >= keep + kWorthCopying;
   // What the slot holds beyond the part it keeps goes to the cache, when worth it.
-  if (opt_.cache_bytes > 0 && s.seq->pos() - (from_cache ? 0 : keep) >= kWorthCopying) cache_->put(s.seq->save());
-  bool hit = false;
-  if (from_cache) {
-    const PrefixCache::Match m = cache_->find(prompt);  // put() may have dropped or replaced it
-    if (m.tokens > keep) s.seq->restore(*m.snapshot), keep = m.tokens, hit = true;
+  if (opt_.cache_bytes > 0 && s.seq->pos() - (from_cache ? 0 : keep) >= kWorthCopying) {
+    cache_->put(s.seq->save());
+    if (from_cache) m = cache_->find(prompt);  // put() may have dropped or replaced it
   }
+  bool hit = false;
+  if (from_cache && m.tokens > keep) s.seq->restore(*m.snapshot), keep = m.tokens, hit = true;
   keep = s.seq->rewind(keep);
   s.sampler = std::make_unique<Sampler>(r->sampling);
   s.fed = s.cached = size_t(keep), s.generated = 0;

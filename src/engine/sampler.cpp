@@ -21,6 +21,8 @@ void SamplingParams::validate() const {
   if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty))
     fail("presence / frequency penalties must be finite numbers");
   if (penalty_last_n < -1) fail("penalty window must be >= -1, got ", penalty_last_n);
+  for (const auto& [id, bias] : logit_bias)
+    if (id < 0 || !std::isfinite(bias)) fail("logit bias ", bias, " of token ", id, ": a token id >= 0 and a finite bias");
 }
 
 SamplingParams SamplingParams::greedy() {
@@ -51,6 +53,10 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { p_.validate();
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  for (const auto& [id, bias] : p_.logit_bias) {
+    if (size_t(id) >= logits.size()) fail("logit bias of token ", id, ": the vocabulary has ", logits.size());
+    logits[size_t(id)] += bias;
+  }
   apply_penalties(logits, history, p_);
   if (p_.temperature == 0.0f) return argmax(logits);
   cand_.clear();

@@ -20,6 +20,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // OpenAI style
   int penalty_last_n = 64;         // tokens of history the penalties look at (-1: all)
   uint64_t seed = 0;
+  // Added to a token's logit before anything else (OpenAI's logit_bias: -100 bans it, 100
+  // all but forces it); ids outside the logits are an error of sample().
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Error naming the parameter when a value is out of range.
   void validate() const;

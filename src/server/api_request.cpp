@@ -1,6 +1,8 @@
 // Request bodies: JSON -> CompletionRequest, checked field by field.
 #include "server/api_request.h"
 
+#include <algorithm>
+
 namespace moeflux {
 
 using Json = nlohmann::ordered_json;
@@ -144,6 +146,25 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat, con
       if (!u->is_boolean()) throw ApiError(400, "'stream_options.include_usage' must be a boolean", "stream_options");
       r.include_usage = u->get<bool>();
     }
+  }
+  if (const Json* v = field(j, "logit_bias"); v && !v->is_null()) {
+    if (!v->is_object() || v->size() > 1024)
+      throw ApiError(400, "'logit_bias' must be an object of up to 1024 token ids and biases", "logit_bias");
+    for (const auto& [key, bias] : v->items()) {
+      const bool digits = !key.empty() && key.size() <= 9 &&
+                          std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits || !bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100))
+        throw ApiError(400, "'logit_bias' maps token ids (\"123\") to numbers in [-100, 100]; not '" + key + "'",
+                       "logit_bias");
+      r.sampling.logit_bias.emplace_back(int32_t(std::stol(key)), bias.get<float>());
+    }
+  }
+  if (const Json* v = field(j, "response_format")) {  // constrained output is not done: say so
+    const Json* t = v->is_object() ? field(*v, "type") : nullptr;
+    if (!t || !t->is_string()) throw ApiError(400, "'response_format' must be an object with a 'type'", "response_format");
+    if (*t != "text")
+      throw ApiError(400, "'response_format' " + t->get<std::string>() + " is not supported (only \"text\")",
+                     "response_format");
   }
   if (const Json* v = field(j, "n"); v && integer(*v, "n", 1, 1 << 20) != 1)
     throw ApiError(400, "'n' above 1 is not supported", "n");

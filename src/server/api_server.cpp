@@ -243,6 +243,9 @@ void ApiServer::install_routes() {
       if (!authorised(req, res)) return;
       try {
         const CompletionRequest cr = parse_completion_request(req.body, chat, opt_.sampling);
+        if (!cr.model.empty() && cr.model != opt_.model_name)
+          throw ApiError(400, "the model '" + cr.model + "' is not served here (this server has '" + opt_.model_name + "')",
+                         "model", "invalid_request_error");
         std::string text = cr.prompt;
         if (chat) {
           if (!templates_) throw ApiError(400, "this model has no chat template: use /v1/completions");

@@ -225,42 +225,6 @@ TEST(Batcher, LogprobsOfEachToken) {
   }
 }
 
-// The next turn of a conversation (the previous prompt, the answer, new tokens) continues the
-// slot's state: only the new tokens are prefilled, and the answer is the one the whole prompt
-// gets alone. A prompt that does not extend a slot's tokens starts afresh.
-TEST(Batcher, ANextTurnPrefillsOnlyItsNewTokens) {
-  auto m = demo();
-  Engine engine(*m);
-  Batcher b(engine, BatcherOptions{.slots = 2, .prefill_chunk = 16, .max_queue = 8});
-  const auto first = prompt(3, m->cfg.vocab_size);
-  Outcome one;
-  ASSERT_TRUE(b.submit(request(first, 6, one)));
-  while (b.step()) {
-  }
-  ASSERT_EQ(one.tokens.size(), 6u);
-  std::vector<int32_t> second = first;
-  second.insert(second.end(), one.tokens.begin(), one.tokens.end() - 1);  // the last answer token was never fed
-  second.insert(second.end(), {int32_t(17), int32_t(29), int32_t(311)});
-  const int64_t prefilled_before = b.stats().prompt_tokens;
-  Outcome two;
-  ASSERT_TRUE(b.submit(request(second, 5, two)));
-  while (b.step()) {
-  }
-  EXPECT_EQ(two.usage.cached_tokens, int64_t(first.size() + one.tokens.size() - 1));
-  EXPECT_EQ(b.stats().prompt_tokens - prefilled_before, 3);
-  Session alone(*m);
-  EXPECT_EQ(two.tokens, greedy_generate(alone, second, 5));
-  // Not an extension: a fresh state, the same tokens as alone.
-  Outcome three;
-  const auto other = prompt(4, m->cfg.vocab_size);
-  ASSERT_TRUE(b.submit(request(other, 4, three)));
-  while (b.step()) {
-  }
-  EXPECT_EQ(three.usage.cached_tokens, 0);
-  Session alone2(*m);
-  EXPECT_EQ(three.tokens, greedy_generate(alone2, other, 4));
-}
-
 // Runs the batcher until idle; the outcome of r.
 Outcome run_one(Batcher& b, std::vector<int32_t> p, int max_tokens) {
   Outcome o;
@@ -274,6 +238,31 @@ Outcome run_one(Batcher& b, std::vector<int32_t> p, int max_tokens) {
 std::vector<int32_t> greedy_alone(const Model& m, const std::vector<int32_t>& p, int n) {
   Session alone(m);
   return greedy_generate(alone, p, n);
+}
+
+// The next turn of a conversation (the previous prompt, the answer, new tokens) continues the
+// slot's state: only the new tokens are prefilled, and the answer is the one the whole prompt
+// gets alone. A prompt that does not extend a slot's tokens starts afresh.
+TEST(Batcher, ANextTurnPrefillsOnlyItsNewTokens) {
+  auto m = demo();
+  Engine engine(*m);
+  Batcher b(engine, BatcherOptions{.slots = 2, .prefill_chunk = 16, .max_queue = 8});
+  const auto first = prompt(3, m->cfg.vocab_size);
+  const Outcome one = run_one(b, first, 6);
+  ASSERT_EQ(one.tokens.size(), 6u);
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), one.tokens.begin(), one.tokens.end() - 1);  // the last answer token was never fed
+  second.insert(second.end(), {int32_t(17), int32_t(29), int32_t(311)});
+  const int64_t prefilled_before = b.stats().prompt_tokens;
+  const Outcome two = run_one(b, second, 5);
+  EXPECT_EQ(two.usage.cached_tokens, int64_t(first.size() + one.tokens.size() - 1));
+  EXPECT_EQ(b.stats().prompt_tokens - prefilled_before, 3);
+  EXPECT_EQ(two.tokens, greedy_alone(*m, second, 5));
+  // Not an extension: a fresh state, the same tokens as alone.
+  const auto other = prompt(4, m->cfg.vocab_size);
+  const Outcome three = run_one(b, other, 4);
+  EXPECT_EQ(three.usage.cached_tokens, 0);
+  EXPECT_EQ(three.tokens, greedy_alone(*m, other, 4));
 }
 
 // One slot: a conversation loses it to another request, and its next turn continues from the

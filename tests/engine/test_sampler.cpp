@@ -129,5 +129,24 @@ TEST(Sampler, PenaltyFormulas) {
   EXPECT_EQ(l2, (std::vector<float>{4.0f, -2.0f, 1.0f}));
 }
 
+// logit_bias: added before anything else; -100 bans a token, +10 lifts another over the rest;
+// ids beyond the logits or negative, or a bias that is not finite, are errors.
+TEST(Sampler, LogitBias) {
+  SamplingParams p = SamplingParams::greedy();
+  std::vector<float> logits{1, 2, 3};
+  p.logit_bias = {{0, 10.0f}};
+  EXPECT_EQ(Sampler(p).sample(logits, {}), 0);
+  logits = {1, 2, 3};
+  p.logit_bias = {{2, -100.0f}};
+  EXPECT_EQ(Sampler(p).sample(logits, {}), 1);
+  p.logit_bias = {{3, 1.0f}};
+  logits = {1, 2, 3};
+  EXPECT_THROW(Sampler(p).sample(logits, {}), Error);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(p.validate(), Error);
+  p.logit_bias = {{1, NAN}};
+  EXPECT_THROW(p.validate(), Error);
+}
+
 }  // namespace
 }  // namespace moeflux

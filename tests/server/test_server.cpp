@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "backend/registry.h"
 #include "core/error.h"
 #include "engine/generate.h"
 #include "engine/session.h"
@@ -36,7 +37,8 @@ class ServerTest : public ::testing::Test {
     delete model_;
     delete tok_;
   }
-  void start(ServeOptions o = {}) {
+  // `on`: the model to serve (default: the demo on the cpu backend).
+  void start(ServeOptions o = {}, const Model* on = nullptr) {
     o.port = 0, o.model_name = "demo";
     std::optional<ChatTemplates> t;
     try {
@@ -44,7 +46,7 @@ class ServerTest : public ::testing::Test {
     } catch (const Error&) {
     }
     has_template_ = t.has_value();
-    server_ = std::make_unique<ApiServer>(*model_, *tok_, std::move(t), std::vector<int32_t>{}, o);
+    server_ = std::make_unique<ApiServer>(on ? *on : *model_, *tok_, std::move(t), std::vector<int32_t>{}, o);
     port_ = server_->start();
   }
   httplib::Client client() const {
@@ -241,6 +243,20 @@ TEST_F(ServerTest, ErrorsInOpenAIShape) {
   expect_error(c.Post("/v1/chat/completions", key, R"({"messages": [{"role": "wizard", "content": "x"}]})",
                       "application/json"),
                400, "role");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "model": "gpt-4o"})", "application/json"), 400,
+               "'gpt-4o' is not served here");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "response_format": {"type": "json_object"}})",
+                      "application/json"),
+               400, "not supported");
+  expect_error(c.Post("/v1/completions", key, R"({"prompt": "a", "response_format": "json"})", "application/json"), 400,
+               "response_format");
+  for (const char* bad : {R"({"abc": 1})", R"({"5": 200})", R"([1])", R"({"99999999": 1})"})
+    expect_error(c.Post("/v1/completions", key, std::string(R"({"prompt": "a", "logit_bias": )") + bad + "}", "application/json"),
+                 400, "logit_bias");
+  auto named = c.Post("/v1/completions", key, R"({"prompt": "a", "model": "demo", "max_tokens": 1, "response_format": {"type": "text"}})",
+                      "application/json");
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->status, 200) << named->body;
   expect_error(c.Post("/v1/completions", key, std::string(8192, ' '), "application/json"), 413, "too large");
   expect_error(c.Get("/v1/nothing", key), 404, "no route");
   auto ok = c.Get("/v1/models", key);
@@ -290,6 +306,26 @@ TEST_F(ServerTest, ServeMaxTokensIsTheDefaultOfRequestsWithout) {
   server_.reset();
   start();  // no default: up to the context's end (this test server has no end-of-text ids)
   EXPECT_GT(usage({{"prompt", prompt}, {"temperature", 0}}), 5);
+}
+
+// logit_bias: +100 on one token makes greedy decoding repeat it; -100 on the greedy first token
+// bans it.
+TEST_F(ServerTest, LogitBias) {
+  start();
+  auto c = client();
+  auto text = [&](const Json& bias) {
+    auto r = c.Post("/v1/completions", Json{{"prompt", "The jury said that the"}, {"max_tokens", 3}, {"temperature", 0},
+                                            {"logit_bias", bias}}.dump(),
+                    "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? Json::parse(r->body)["choices"][0]["text"].get<std::string>() : "";
+  };
+  const std::vector<int32_t> forced{17, 17, 17};
+  EXPECT_EQ(text({{"17", 100}}), tok_->decode(forced));
+  Session s(*model_);
+  const int32_t first = greedy_generate(s, tok_->encode("The jury said that the"), 1)[0];
+  const std::string banned = text({{std::to_string(first), -100}});
+  EXPECT_NE(tok_->encode(banned).at(0), first);
 }
 
 // serve --stop and --system: the stop strings and the system message of requests without
@@ -350,11 +386,20 @@ TEST_F(ServerTest, StopsAtOnceAfterStartAndWithIdleConnections) {
 
 // stop() while one request generates and two wait for the slot: all three end at once as 503
 // ("the server is stopping") instead of the shutdown waiting for every whole answer (the HTTP
-// threads used to be joined before the batcher was stopped).
+// threads used to be joined before the batcher was stopped). The model runs on the reference
+// backend, so that the first answer (to the context's end) is still generating when the other
+// two have queued, however busy the machine.
 TEST_F(ServerTest, StopCancelsWhatGeneratesAndWaits) {
+  BackendOptions ref;
+  ref.name = "ref";
+  const auto slow = load_model(kDemo, MapMode::Map, make_backend(ref));
+  struct StopFirst {  // the server goes before the model it serves, also when an assertion returns
+    std::unique_ptr<ApiServer>& server;
+    ~StopFirst() { server.reset(); }
+  } stop_first{server_};
   ServeOptions o;
   o.batch.slots = 1;
-  start(o);
+  start(o, slow.get());
   const std::string body = Json{{"prompt", "The jury said that the"}, {"temperature", 0}}.dump();  // to the context's end
   std::vector<std::future<int>> status;
   for (int i = 0; i < 3; ++i)
