@@ -40,7 +40,7 @@ for t in carry/*/; do
   [ -f "$t/CMakeLists.txt" ] && build "$t" "$W/tree-$n" "$n" && bins+=("$n=$W/tree-$n/src/moeflux")
 done
 synth() {  # synth PRESET LAYERS [SKEW]: the pack's path
-  local p=$W/$1-l$2${3:+-s$3}
+  local p=$W/$1-l$2; [ "${3:-0}" = 0 ] || p=$p-s$3
   if [ ! -f "$p/manifest.json" ]; then
     local t0=$SECONDS
     timeout 420 $W/build/src/moeflux synth --preset "$1" --layers "$2" --routing-skew "${3:-0}" --format pack --out "$p" >/dev/null 2>&1
