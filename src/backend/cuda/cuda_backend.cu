@@ -109,10 +109,12 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
                                                         {"mirrored_gb", mirrored}};
   if (gpu_experts_) {
     const GpuExpertStats st = gpu_experts_->stats();
-    char line[160];
-    std::snprintf(line, sizeof line, "%lld slots of %.1f MB, hits %.1f%% of %llu, %.2f GB copied, %.3f s waiting",
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "%lld slots of %.1f MB, hits %.1f%% of %llu, %.2f GB copied (%.2f GB staged), %.3f s waiting",
                   (long long)gpu_experts_->slots(), double(gpu_experts_->extent()) / 1e6, 100 * st.slots.hit_rate(),
-                  (unsigned long long)st.slots.lookups, double(st.bytes_copied) / 1e9, st.copy_wait_s);
+                  (unsigned long long)st.slots.lookups, double(st.bytes_copied) / 1e9, double(st.bytes_staged) / 1e9,
+                  st.copy_wait_s);
     f.emplace_back("gpu_expert_cache", line);
   }
   return f;

@@ -1,4 +1,4 @@
-// GpuExperts: slots on the device, copies through pinned staging on a copy stream.
+// GpuExperts: slots on the device, copies on a copy stream from page-locked host records.
 #include "backend/cuda/gpu_experts.cuh"
 
 #include <chrono>
@@ -8,6 +8,27 @@
 #include "core/error.h"
 
 namespace moeflux::cuda {
+
+namespace {
+
+struct CudaPinner final : HostPinner {
+  bool pin(void* p, size_t bytes) override {
+    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+    cudaGetLastError();
+    return false;
+  }
+  void unpin(void* p) override {
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();  // the runtime may be gone at exit
+  }
+};
+
+bool page_locked(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) return cudaGetLastError(), false;
+  return a.type == cudaMemoryTypeHost;
+}
+
+}  // namespace
 
 GpuExperts::GpuExperts(int64_t slots, size_t extent, int experts, cudaStream_t compute)
     : map_(slots, 1, experts), extent_(extent), compute_(compute) {
@@ -47,6 +68,7 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
     if (!where[i].hit) missing.push_back(experts[i]), missing_at.push_back(i);
   }
   if (missing.empty()) return out;
+  if (&src != pinned_src_) src.pin_host_memory(std::make_shared<CudaPinner>()), pinned_src_ = &src;
   // A refilled slot may still be read by kernels queued earlier on the compute stream.
   MF_CUDA(cudaEventRecord(compute_mark_, compute_));
   MF_CUDA(cudaStreamWaitEvent(copy_, compute_mark_));
@@ -61,19 +83,28 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
         const size_t i = missing_at[i0 + j];
         const auto t0 = Clock::now();
         const uint8_t* host = refs[j].wait();
+        uint8_t* dst = const_cast<uint8_t*>(out.at[i]);
+        if (page_locked(host)) {
+          MF_CUDA(cudaMemcpyAsync(dst, host, bytes[i], cudaMemcpyHostToDevice, copy_));
+          out.held.push_back(std::move(refs[j]));
+          bytes_copied_ += bytes[i];
+          ++done;
+          continue;
+        }
         uint8_t* stage = staging_ + size_t(next_staging_) * extent_;
         MF_CUDA(cudaEventSynchronize(staging_free_[next_staging_]));  // its previous copy is done
         copy_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
         std::memcpy(stage, host, bytes[i]);
         refs[j].release();
-        MF_CUDA(cudaMemcpyAsync(const_cast<uint8_t*>(out.at[i]), stage, bytes[i], cudaMemcpyHostToDevice, copy_));
+        MF_CUDA(cudaMemcpyAsync(dst, stage, bytes[i], cudaMemcpyHostToDevice, copy_));
         MF_CUDA(cudaEventRecord(staging_free_[next_staging_], copy_));
         next_staging_ = (next_staging_ + 1) % kStaging;
-        bytes_copied_ += bytes[i];
+        bytes_copied_ += bytes[i], bytes_staged_ += bytes[i];
         ++done;
       }
     }
   } catch (...) {
+    cudaStreamSynchronize(copy_);  // the held records must outlive their copies
     for (size_t j = done; j < missing.size(); ++j) map_.drop(layer, missing[j]);  // never filled
     MF_CUDA(cudaEventRecord(copies_done_, copy_));
     pending_ = true;
@@ -90,6 +121,8 @@ void GpuExperts::wait_copies() {
   pending_ = false;
 }
 
-GpuExpertStats GpuExperts::stats() const { return {map_.stats(), bytes_copied_, copy_wait_s_}; }
+GpuExpertStats GpuExperts::stats() const {
+  return {map_.stats(), bytes_copied_, bytes_staged_, copy_wait_s_};
+}
 
 }  // namespace moeflux::cuda

@@ -1,7 +1,7 @@
 // GpuExperts: the GPU tier of expert streaming (--gpu-expert-cache): expert records that a pack
 // streams, kept in a device arena of equal slots, the least recently used out (ExpertSlotMap),
-// filled from the host expert cache through pinned staging buffers on a copy stream of their
-// own. The op computes a step's hits at once and its misses once wait_copies() has made the
+// filled from the host expert cache on a copy stream of their own: directly from the cache's
+// buffers, which it page-locks (HostPinner), or through pinned staging buffers where that fails. The op computes a step's hits at once and its misses once wait_copies() has made the
 // compute stream wait for their copies.
 #pragma once
 #include <cuda_runtime.h>
@@ -17,6 +17,7 @@ namespace moeflux::cuda {
 struct GpuExpertStats {
   SlotStats slots;
   uint64_t bytes_copied = 0;
+  uint64_t bytes_staged = 0;  // ... of them through the staging buffers
   double copy_wait_s = 0;  // host time waiting for the host cache's reads and free staging
 };
 
@@ -35,6 +36,7 @@ class GpuExperts {
   struct Placed {
     std::vector<const uint8_t*> at;  // each expert's record on the device
     std::vector<bool> hit;           // false: its copy was issued now
+    std::vector<ExpertRef> held;     // host records being copied: keep until the copies are done
   };
   // The records of `experts` (distinct, of source layer `layer`, at most slots()), `bytes[i]`
   // long each: hits where they are, misses read through `src` and copied into their slots on
@@ -56,7 +58,8 @@ class GpuExperts {
   cudaEvent_t compute_mark_ = nullptr, copies_done_ = nullptr;
   int next_staging_ = 0;
   bool pending_ = false;
-  uint64_t bytes_copied_ = 0;
+  uint64_t bytes_copied_ = 0, bytes_staged_ = 0;
+  ExpertSource* pinned_src_ = nullptr;
   double copy_wait_s_ = 0;
 };
 
