@@ -2,7 +2,7 @@
 // streamed from the pack through a small host cache and a GPU cache of 1 slot, 10% and all of
 // the experts gives the same logits, bit for bit, as the resident cuda path, over a prefill and
 // decode steps; a budget that holds no expert is an error naming the option. Skipped without
-// a usable GPU.
+// a usable GPU. Misses computed by the CPU instead agree within float rounding.
 #include <gtest/gtest.h>
 
 #include "backend/registry.h"
@@ -15,11 +15,14 @@
 namespace moeflux {
 namespace {
 
-std::unique_ptr<Model> demo_on_gpu(const std::string& gpu_cache) {
+std::unique_ptr<Model> demo_on_gpu(const std::string& gpu_cache, MoeMisses misses = MoeMisses::Copy,
+                                   int cpu_moe_layers = 0) {
   BackendOptions bo;
   bo.name = "cuda";
   bo.cuda.expert_cache = gpu_cache;
-  if (gpu_cache.empty()) return load_model(test::demo_dir(), MapMode::Map, make_backend(bo));
+  bo.cuda.moe_misses = misses;
+  bo.cuda.cpu_moe_layers = cpu_moe_layers;
+  if (gpu_cache.empty() && cpu_moe_layers == 0) return load_model(test::demo_dir(), MapMode::Map, make_backend(bo));
   StreamOptions o;
   o.budget = "25%";
   return load_model(test::demo_dir(), o, make_backend(bo));
@@ -70,6 +73,37 @@ TEST(GpuExpertCache, OneSlotForTheWholeModel) {
   const auto got = run(*m);
   EXPECT_NE(m->backend->fact("gpu_expert_cache").find("1 slots"), std::string::npos) << m->backend->fact("gpu_expert_cache");
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(test::first_difference(got[i], want[i]), -1) << "step " << i;
+}
+
+// Misses computed by the CPU (--moe-misses cpu / auto, --cpu-moe-layers) agree with the
+// resident path to float rounding: within 1e-3 relative L2 at every step.
+TEST(GpuExpertCache, CpuComputedMissesAgreeWithResident) {
+  if (std::string why; !backend_usable("cuda", &why)) GTEST_SKIP() << why;
+  const auto want = run(*demo_on_gpu(""));
+  struct Case {
+    std::string budget;
+    MoeMisses misses;
+    int cpu_layers;
+    bool cpu_used;  // the CPU must have computed some experts
+  };
+  const Case cases[] = {{"120000", MoeMisses::Cpu, 0, true}, {"10%", MoeMisses::Cpu, 0, true},
+                        {"100%", MoeMisses::Cpu, 0, true},   {"120000", MoeMisses::Auto, 0, false},
+                        {"10%", MoeMisses::Auto, 0, false},  {"", MoeMisses::Copy, 1000, true},
+                        {"10%", MoeMisses::Copy, 1, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("budget '" + c.budget + "' misses " + std::to_string(int(c.misses)) + " cpu layers " +
+                 std::to_string(c.cpu_layers));
+    auto m = demo_on_gpu(c.budget, c.misses, c.cpu_layers);
+    const auto got = run(*m);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_LT(test::rel_l2(got[i], want[i]), 1e-3) << "step " << i;
+    if (c.cpu_used) {
+      EXPECT_FALSE(m->backend->fact("cpu_experts").empty());
+    }
+    if (!c.budget.empty()) {
+      EXPECT_FALSE(m->backend->fact("gpu_expert_cache").empty());
+    }
+  }
 }
 
 }  // namespace

@@ -94,6 +94,14 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
+namespace {
+std::string fixed(double v, int digits) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+}  // namespace
+
 std::string CudaBackend::describe() const {
   return cat("cuda ", prop_.name, " (sm_", prop_.major, prop_.minor, ", ", prop_.multiProcessorCount, " SMs, ",
              prop_.totalGlobalMem >> 30, " GiB)");
@@ -109,13 +117,21 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
                                                         {"mirrored_gb", mirrored}};
   if (gpu_experts_) {
     const GpuExpertStats st = gpu_experts_->stats();
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "%lld slots of %.1f MB, hits %.1f%% of %llu, %.2f GB copied (%.2f GB staged), %.3f s waiting",
-                  (long long)gpu_experts_->slots(), double(gpu_experts_->extent()) / 1e6, 100 * st.slots.hit_rate(),
-                  (unsigned long long)st.slots.lookups, double(st.bytes_copied) / 1e9, double(st.bytes_staged) / 1e9,
-                  st.copy_wait_s);
-    f.emplace_back("gpu_expert_cache", line);
+    const uint64_t looked = st.slots.lookups + host_experts_.experts;
+    f.emplace_back("gpu_expert_cache",
+                   cat(gpu_experts_->slots(), " slots of ", fixed(double(gpu_experts_->extent()) / 1e6, 1), " MB, hits ",
+                       fixed(looked ? 100.0 * double(st.slots.hits) / double(looked) : 0.0, 1), "% of ", looked, ", ",
+                       fixed(double(st.bytes_copied) / 1e9, 2), " GB copied (", fixed(double(st.bytes_staged) / 1e9, 2),
+                       " GB staged) at ", fixed(st.copy_s > 0 ? double(st.bytes_timed) / st.copy_s / 1e9 : 0.0, 1),
+                       " GB/s, ", fixed(st.copy_wait_s, 3), " s waiting for host records"));
+  }
+  if (host_experts_.experts) {
+    const uint64_t looked = host_experts_.experts + (gpu_experts_ ? gpu_experts_->stats().slots.lookups : 0);
+    f.emplace_back("cpu_experts",
+                   cat(host_experts_.experts, " experts (", fixed(100.0 * double(host_experts_.experts) / double(looked), 1),
+                       "% of the routed), ", host_experts_.rows, " rows, ", fixed(host_experts_.seconds, 3), " s, ",
+                       fixed(host_experts_.seconds > 0 ? host_experts_.work / host_experts_.seconds / 1e9 : 0.0, 1),
+                       " GB/s of weights x rows"));
   }
   return f;
 }

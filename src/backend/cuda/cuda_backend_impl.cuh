@@ -18,6 +18,7 @@
 #include "backend/cuda/device_memory.cuh"
 #include "backend/cuda/dweight.cuh"
 #include "backend/cuda/gpu_experts.cuh"
+#include "backend/miss_split.h"
 #include "backend/cuda/kernels.cuh"
 
 namespace moeflux {
@@ -94,10 +95,22 @@ class CudaBackend final : public Backend {
   const float* dvec(const std::vector<float>& v) const;
   const ExpertTable& expert_table(const MoeSpec& m);
   void swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float* out);
-  // Streamed experts through the GPU expert cache (--gpu-expert-cache), made at the first call.
+  // Streamed experts through the GPU expert cache (--gpu-expert-cache, made at the first call)
+  // and the CPU (--moe-misses, --cpu-moe-layers): moe_tiers.cu.
   void moe_cached(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
                   const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
+  cuda::GpuExperts& gpu_experts(const MoeSpec& m, size_t extent);
+  // The experts `on_cpu` of the step routed by `ids` (host), computed by the host backend from
+  // the source's records on x (host), their rows scattered into y (device) on the stream.
+  void moe_on_host(const MoeSpec& m, const std::vector<float>& x, const std::vector<int32_t>& ids,
+                   std::span<const int32_t> on_cpu, std::span<const size_t> bytes, float* y);
   std::unique_ptr<cuda::GpuExperts> gpu_experts_;
+  TierRates rates_;
+  cuda::PinnedBuffer pinned_tables_, pinned_rows_;
+  struct HostExpertStats {
+    uint64_t experts = 0, rows = 0;
+    double seconds = 0, work = 0;  // work: record bytes x rows
+  } host_experts_;
   void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
                     const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
   void host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run);

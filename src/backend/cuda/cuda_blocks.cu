@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "backend/cuda/check.cuh"
-#include "core/byte_budget.h"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/expert_records.cuh"
@@ -285,73 +284,6 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
   }
 }
 
-void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
-                             const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max,
-                             float* h, float* y) {
-  const int64_t K = m.n_experts_active, E = m.n_experts, hidden = m.experts[0].gate.rows;
-  std::vector<int32_t> used(size_t(T * K));
-  MF_CUDA(cudaMemcpyAsync(used.data(), ids_dev, used.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  MF_CUDA(cudaStreamSynchronize(stream_));
-  std::sort(used.begin(), used.end());
-  used.erase(std::unique(used.begin(), used.end()), used.end());
-  std::vector<size_t> bytes;
-  size_t extent = 0;
-  for (int32_t e : used) {
-    bytes.push_back(record_extent(m.experts[size_t(e)], m.record_base[size_t(e)]));
-    extent = std::max(extent, bytes.back());
-  }
-  if (!gpu_experts_) {
-    // Slots as large as this layer's largest record (every MoE layer of a model has the same).
-    extent = (extent + 255) / 256 * 256;
-    size_t free = 0, total = 0;
-    MF_CUDA(cudaMemGetInfo(&free, &total));
-    const uint64_t all = m.source->total_bytes() ? m.source->total_bytes() : uint64_t(E) * extent;
-    const uint64_t reserve = uint64_t(2) << 30;  // activations, the dense weights still to mirror
-    const uint64_t spare = free > reserve ? uint64_t(double(free - reserve) * 0.8) : 0;
-    const uint64_t budget = parse_byte_budget("--gpu-expert-cache", opt_.expert_cache, all, std::min(all, spare));
-    const int64_t slots = int64_t(budget / extent);
-    if (slots < 1)
-      fail("--gpu-expert-cache ", opt_.expert_cache, ": ", budget, " bytes hold no expert record (", extent, " bytes)");
-    gpu_experts_ = std::make_unique<GpuExperts>(slots, extent, int(E), stream_);
-  }
-  GpuExperts& g = *gpu_experts_;
-  if (extent > g.extent())
-    fail(m.prefix, ": expert records of ", extent, " bytes do not fit the GPU expert cache's slots of ", g.extent());
-  const int fmt_gu = cuda_fmt(m.experts[0].gate), fmt_d = cuda_fmt(m.experts[0].down);
-  const DW gate0 = dw_view(m.experts[0].gate), up0 = dw_view(m.experts[0].up), down0 = dw_view(m.experts[0].down);
-  const bool wide_gu = wide_ && wide_rows(gate0) && wide_rows(up0), wide_d = wide_ && wide_rows(down0);
-  Scratch sc(*pool_);
-  DW* tables[2] = {sc.get<DW>(size_t(3 * E)), sc.get<DW>(size_t(3 * E))};  // hits, misses
-  std::vector<DW> host[2] = {std::vector<DW>(size_t(3 * E)), std::vector<DW>(size_t(3 * E))};
-  // A step that uses more experts than the cache has slots goes in groups of at most that many.
-  const size_t group = size_t(g.slots());
-  for (size_t i0 = 0; i0 < used.size(); i0 += group) {
-    const size_t n = std::min(group, used.size() - i0);
-    const std::span<const int32_t> part(used.data() + i0, n);
-    const GpuExperts::Placed p = g.place(*m.source, m.source_layer, part, std::span<const size_t>(bytes.data() + i0, n));
-    for (auto& v : host) std::fill(v.begin(), v.end(), DW{});
-    bool any[2] = {false, false};
-    for (size_t j = 0; j < n; ++j) {
-      const int32_t e = part[j];
-      const SwiGlu d = rebased(m.experts[size_t(e)], m.record_base[size_t(e)], p.at[j]);
-      const int t = p.hit[j] ? 0 : 1;
-      host[t][size_t(3 * e)] = on_device(gate0, d.gate);
-      host[t][size_t(3 * e + 1)] = on_device(up0, d.up);
-      host[t][size_t(3 * e + 2)] = on_device(down0, d.down);
-      any[t] = true;
-    }
-    // Hits compute while the misses' copies are in flight; then the misses.
-    for (int t = 0; t < 2; ++t) {
-      if (!any[t]) continue;
-      if (t == 1) g.wait_copies();
-      MF_CUDA(cudaMemcpyAsync(tables[t], host[t].data(), host[t].size() * sizeof(DW), cudaMemcpyHostToDevice, stream_));
-      experts_gate_up(tables[t], fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max, h, stream_);
-      experts_down(tables[t], fmt_d, wide_d, hidden, m.dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
-    }
-    MF_CUDA(cudaStreamSynchronize(stream_));  // `host` and the tables are reused by the next group
-  }
-}
-
 void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   MF_ASSERT(!m.prepared_records);  // this backend has no RecordTransform
   if (replaying()) return;
@@ -386,8 +318,10 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
                     stream_);
     experts_down(t.table, t.fmt_down, wide_ && t.wide_down, hidden, dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
   } else {
-    if (opt_.expert_cache.empty()) moe_streamed(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
-    else moe_cached(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
+    if (opt_.expert_cache.empty() && m.source_layer >= opt_.cpu_moe_layers)
+      moe_streamed(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
+    else
+      moe_cached(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
   }
   st.reset(), st.emplace(*this, "combine");
   combine(y, weights, order, T, int32_t(K), dim, out.data, stream_);

@@ -1,8 +1,10 @@
 // GpuExperts: the GPU tier of expert streaming (--gpu-expert-cache): expert records that a pack
 // streams, kept in a device arena of equal slots, the least recently used out (ExpertSlotMap),
 // filled from the host expert cache on a copy stream of their own: directly from the cache's
-// buffers, which it page-locks (HostPinner), or through pinned staging buffers where that fails. The op computes a step's hits at once and its misses once wait_copies() has made the
-// compute stream wait for their copies.
+// buffers, which it page-locks (HostPinner), or through pinned staging buffers where that fails.
+// The op computes a step's hits at once and its misses once wait_copies() has made the
+// compute stream wait for their copies. Copies placed in the background (a miss the CPU
+// computes, kept for later steps) are waited for only by a later hit on their slot.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -18,7 +20,9 @@ struct GpuExpertStats {
   SlotStats slots;
   uint64_t bytes_copied = 0;
   uint64_t bytes_staged = 0;  // ... of them through the staging buffers
-  double copy_wait_s = 0;  // host time waiting for the host cache's reads and free staging
+  double copy_wait_s = 0;     // host time waiting for the host cache's reads and free staging
+  double copy_s = 0;          // device time of the waited copies (first issued to last done)
+  uint64_t bytes_timed = 0;   // ... and their bytes
 };
 
 class GpuExperts {
@@ -32,6 +36,8 @@ class GpuExperts {
 
   int64_t slots() const { return map_.slots(); }
   size_t extent() const { return extent_; }
+  // Whether (layer, expert) has a slot (no use is recorded).
+  bool resident(int layer, int expert);
 
   struct Placed {
     std::vector<const uint8_t*> at;  // each expert's record on the device
@@ -40,10 +46,17 @@ class GpuExperts {
   };
   // The records of `experts` (distinct, of source layer `layer`, at most slots()), `bytes[i]`
   // long each: hits where they are, misses read through `src` and copied into their slots on
-  // the copy stream. An error reading one leaves it out of the cache and is raised.
-  Placed place(ExpertSource& src, int layer, std::span<const int32_t> experts, std::span<const size_t> bytes);
-  // The compute stream waits (on the device) for the copies place() issued.
+  // the copy stream. The compute stream waits here for earlier background copies that a hit
+  // needs. background: no one waits for these copies now (wait_copies() does not cover them).
+  // An error reading one leaves it out of the cache and is raised.
+  Placed place(ExpertSource& src, int layer, std::span<const int32_t> experts, std::span<const size_t> bytes,
+               bool background = false);
+  // The compute stream waits (on the device) for the copies place() issued, background ones
+  // excepted.
   void wait_copies();
+  // After the host has seen the compute stream pass wait_copies(): the device time of the
+  // waited copies since the last call, and their bytes (0, 0: none).
+  std::pair<double, uint64_t> take_copy_time();
 
   GpuExpertStats stats() const;
 
@@ -55,12 +68,14 @@ class GpuExperts {
   uint8_t* staging_ = nullptr;  // kStaging x extent, pinned
   cudaStream_t compute_, copy_ = nullptr;
   cudaEvent_t staging_free_[kStaging] = {};
-  cudaEvent_t compute_mark_ = nullptr, copies_done_ = nullptr;
+  cudaEvent_t compute_mark_ = nullptr, copies_done_ = nullptr, background_done_ = nullptr;
+  cudaEvent_t timed_start_ = nullptr, timed_end_ = nullptr;
+  std::vector<int64_t> background_slots_;  // slots whose background copy may be in flight
   int next_staging_ = 0;
-  bool pending_ = false;
-  uint64_t bytes_copied_ = 0, bytes_staged_ = 0;
+  bool pending_ = false, timing_ = false;
+  uint64_t timed_bytes_ = 0;
+  GpuExpertStats st_;
   ExpertSource* pinned_src_ = nullptr;
-  double copy_wait_s_ = 0;
 };
 
 }  // namespace moeflux::cuda

@@ -138,6 +138,8 @@ void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_
 void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
                   const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* y, cudaStream_t s);
 // out (T, dim) = sum over slots in `order` of weight * y.
+// y[rows[i]] = src[i] for i < n (rows of dim floats).
+void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s);
 void combine(const float* y, const float* weights, const int32_t* order, int64_t T, int32_t k, int64_t dim, float* out,
              cudaStream_t s);
 
