@@ -17,8 +17,8 @@
 #               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48): a full build with the libraries
 #               the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"])
 #   cuda-cache  the GPU expert cache: bench --backend cuda on qwen3-30b-a3b (CUDA_LAYERS of 48),
-#               experts streamed (host cache 100%) through GPU budgets of 10/25/50/100%, uniform
-#               routing and --routing-skew 1
+#               experts streamed (host cache 100%) through GPU budgets CACHE_BUDGETS (10/25/50/100%),
+#               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1)
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
@@ -102,12 +102,16 @@ PY
       timeout 500 python3 scripts/bench-serve.py --moeflux "$W/full/src/moeflux" -m "$q" --tokenizer tests/data/tokenizers/qwen3 \
         --clients 1,4,16 --requests 2 --max-tokens 64 --extra "--backend cuda" 2>&1 | tee "$OUT/serve-bench.log" | tail -12 ;;
     cuda-cache)
-      for skew in 0 1; do
+      for skew in ${CACHE_SKEWS:-0 1}; do
         q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}" "$skew")
-        for b in 10% 25% 50% 100%; do
-          timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 2 --expert-cache 100% \
-            --gpu-expert-cache "$b" 2>&1 | tee "$OUT/cuda-cache-s$skew-$b.log" | rows | sed "s/^/skew $skew gpu $b /"
-          grep "gpu expert cache" "$OUT/cuda-cache-s$skew-$b.log" | sed "s/^/  skew $skew gpu $b: /"
+        for b in ${CACHE_BUDGETS:-10% 25% 50% 100%}; do
+          for mode in ${CACHE_MODES:-copy cpu auto}; do
+            l="$OUT/cuda-cache-s$skew-${b%\%}-$mode.log"
+            timeout 150 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 2 --expert-cache 100% \
+              --gpu-expert-cache "$b" --moe-misses "$mode" >"$l" 2>&1
+            rows <"$l" | sed "s/^/skew $skew gpu $b $mode /"
+            grep -E "gpu expert cache|cpu experts|host-to-device" "$l" | sed "s/^/  /"
+          done
         done
       done ;;
     cuda-bench)
