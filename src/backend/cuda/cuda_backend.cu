@@ -115,6 +115,21 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
                                                         {"multiprocessors", cat(prop_.multiProcessorCount)},
                                                         {"memory_gb", cat(prop_.totalGlobalMem / 1000000000)},
                                                         {"mirrored_gb", mirrored}};
+  {
+    // What the device holds: the dense weights, the expert slots, the activation pool, and the
+    // rest (KV caches, the CUDA context) as the difference from what the driver reports in use.
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      const double used = double(total - free) / 1e9, dense = double(mirror_.bytes()) / 1e9;
+      const double slots = gpu_experts_ ? double(gpu_experts_->slots()) * double(gpu_experts_->extent()) / 1e9 : 0.0;
+      const double pool = double(pool_->held_bytes()) / 1e9;
+      f.emplace_back("gpu_memory", cat(fixed(used, 2), " GB in use: ", fixed(dense, 2), " dense + ", fixed(slots, 2),
+                                       " expert slots + ", fixed(pool, 2), " activations + ",
+                                       fixed(used - dense - slots - pool, 2), " other (KV caches, CUDA context)"));
+    } else {
+      cudaGetLastError();
+    }
+  }
   if (gpu_experts_) {
     const GpuExpertStats st = gpu_experts_->stats();
     const uint64_t looked = st.slots.lookups + host_experts_.experts;
