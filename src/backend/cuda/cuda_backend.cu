@@ -138,7 +138,8 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
                        fixed(looked ? 100.0 * double(st.slots.hits) / double(looked) : 0.0, 1), "% of ", looked, ", ",
                        fixed(double(st.bytes_copied) / 1e9, 2), " GB copied (", fixed(double(st.bytes_staged) / 1e9, 2),
                        " GB staged) at ", fixed(st.copy_s > 0 ? double(st.bytes_timed) / st.copy_s / 1e9 : 0.0, 1),
-                       " GB/s, ", fixed(st.copy_wait_s, 3), " s waiting for host records"));
+                       " GB/s, ", fixed(st.copy_wait_s, 3), " s waiting for host records, ", prefetched_,
+                       " prefetched for prefill"));
   }
   if (host_experts_.experts) {
     const uint64_t looked = host_experts_.experts + (gpu_experts_ ? gpu_experts_->stats().slots.lookups : 0);
@@ -170,13 +171,15 @@ DW dw_view(const QWeight& w) {
 }
 
 bool CudaBackend::ab_switch(const std::string& name) const {
-  if (name != "wide_rows") return Backend::ab_switch(name);
-  return wide_;
+  if (name == "wide_rows") return wide_;
+  if (name == "prefill_prefetch") return prefill_prefetch_;
+  return Backend::ab_switch(name);
 }
 
 void CudaBackend::set_ab_switch(const std::string& name, bool on) {
-  if (name != "wide_rows") return Backend::set_ab_switch(name, on);
-  wide_ = on;
+  if (name == "wide_rows") wide_ = on;
+  else if (name == "prefill_prefetch") prefill_prefetch_ = on;
+  else Backend::set_ab_switch(name, on);
 }
 
 DW CudaBackend::dw(const QWeight& w) const {

@@ -45,7 +45,9 @@ class CudaBackend final : public Backend {
   Ceilings measure_ceilings() override;
   // wide_rows: weights read 16 bytes a lane at a time where their layout allows (else 8
   // values at a time).
-  std::vector<std::string> ab_switches() const override { return {"wide_rows"}; }
+  // wide_rows: 16-byte weight loads where rows allow; prefill_prefetch: in prefill, the next
+  // layer's streamed experts are copied into the GPU expert cache during this layer's compute.
+  std::vector<std::string> ab_switches() const override { return {"wide_rows", "prefill_prefetch"}; }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
 
@@ -100,12 +102,16 @@ class CudaBackend final : public Backend {
   void moe_cached(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
                   const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
   cuda::GpuExperts& gpu_experts(const MoeSpec& m, size_t extent);
+  // Starts copying the experts of `next` that are not in the GPU cache (at most half the
+  // slots) in the background: a prefill's next layer uses nearly all of them.
+  void prefetch_layer(const MoeSpec& next);
   // The experts `on_cpu` of the step routed by `ids` (host), computed by the host backend from
   // the source's records on x (host), their rows scattered into y (device) on the stream.
   void moe_on_host(const MoeSpec& m, const std::vector<float>& x, const std::vector<int32_t>& ids,
                    std::span<const int32_t> on_cpu, std::span<const size_t> bytes, float* y);
   std::unique_ptr<cuda::GpuExperts> gpu_experts_;
   TierRates rates_;
+  uint64_t prefetched_ = 0;  // experts prefetch_layer copied
   cuda::PinnedBuffer pinned_tables_, pinned_rows_;
   struct HostExpertStats {
     uint64_t experts = 0, rows = 0;
@@ -164,7 +170,8 @@ class CudaBackend final : public Backend {
   StepGraph* replay_ = nullptr;
 
   CudaOptions opt_;
-  bool wide_ = true;  // the wide_rows switch
+  bool wide_ = true;              // the wide_rows switch
+  bool prefill_prefetch_ = true;  // the prefill_prefetch switch
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<cuda::DevicePool> pool_;

@@ -32,7 +32,7 @@ bool page_locked(const void* p) {
 }  // namespace
 
 GpuExperts::GpuExperts(int64_t slots, size_t extent, int experts, cudaStream_t compute)
-    : map_(slots, 1, experts), extent_(extent), compute_(compute) {
+    : map_(slots, 1, experts), extent_(extent), compute_(compute), slot_epoch_(size_t(slots), 0) {
   if (cudaMalloc(&arena_, size_t(slots) * extent) != cudaSuccess) {
     cudaGetLastError();
     fail("--gpu-expert-cache: cannot allocate ", slots, " expert slots of ", extent, " bytes on the GPU");
@@ -67,28 +67,35 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
   const auto where = map_.place(layer, experts);
   if (!background_slots_.empty()) {
     const cudaError_t q = cudaEventQuery(background_done_);
-    if (q == cudaSuccess) background_slots_.clear();
+    if (q == cudaSuccess) background_slots_.clear(), background_held_.clear();
     else if (q == cudaErrorNotReady) cudaGetLastError();
     else MF_CUDA(q);
   }
   Placed out;
   std::vector<int32_t> missing;
   std::vector<size_t> missing_at;
-  bool wait_background = false;
+  bool wait_background = false, refills_read_slot = false;
   for (size_t i = 0; i < experts.size(); ++i) {
     MF_ASSERT(bytes[i] <= extent_);
-    out.at.push_back(arena_ + size_t(where[i].slot) * extent_);
+    const size_t slot = size_t(where[i].slot);
+    out.at.push_back(arena_ + slot * extent_);
     out.hit.push_back(where[i].hit);
-    if (!where[i].hit) missing.push_back(experts[i]), missing_at.push_back(i);
-    else if (std::find(background_slots_.begin(), background_slots_.end(), where[i].slot) != background_slots_.end())
+    if (!where[i].hit) {
+      missing.push_back(experts[i]), missing_at.push_back(i);
+      refills_read_slot |= slot_epoch_[slot] == epoch_;
+    } else if (std::find(background_slots_.begin(), background_slots_.end(), where[i].slot) != background_slots_.end()) {
       wait_background = true;
+    }
+    if (!background) slot_epoch_[slot] = epoch_;
   }
   if (wait_background && !background) MF_CUDA(cudaStreamWaitEvent(compute_, background_done_));
   if (missing.empty()) return out;
   if (&src != pinned_src_) src.pin_host_memory(std::make_shared<CudaPinner>()), pinned_src_ = &src;
-  // A refilled slot may still be read by kernels queued earlier on the compute stream.
-  MF_CUDA(cudaEventRecord(compute_mark_, compute_));
-  MF_CUDA(cudaStreamWaitEvent(copy_, compute_mark_));
+  // A refilled slot may still be read by this step's kernels, queued on the compute stream.
+  if (refills_read_slot) {
+    MF_CUDA(cudaEventRecord(compute_mark_, compute_));
+    MF_CUDA(cudaStreamWaitEvent(copy_, compute_mark_));
+  }
   if (!background && !timing_) MF_CUDA(cudaEventRecord(timed_start_, copy_)), timing_ = true;
   using Clock = std::chrono::steady_clock;
   size_t done = 0;  // misses whose copy is issued
@@ -117,7 +124,7 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
         if (page_locked(host)) {
           st_.copy_wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
           MF_CUDA(cudaMemcpyAsync(dst, host, bytes[i], cudaMemcpyHostToDevice, copy_));
-          out.held.push_back(std::move(refs[j]));
+          (background ? background_held_ : out.held).push_back(std::move(refs[j]));
           ++done;
           continue;
         }
@@ -141,6 +148,12 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
   }
   finish();
   return out;
+}
+
+void GpuExperts::settle() {
+  if (background_slots_.empty() && background_held_.empty()) return;
+  MF_CUDA(cudaEventSynchronize(background_done_));
+  background_slots_.clear(), background_held_.clear();
 }
 
 void GpuExperts::wait_copies() {

@@ -4,7 +4,9 @@
 // buffers, which it page-locks (HostPinner), or through pinned staging buffers where that fails.
 // The op computes a step's hits at once and its misses once wait_copies() has made the
 // compute stream wait for their copies. Copies placed in the background (a miss the CPU
-// computes, kept for later steps) are waited for only by a later hit on their slot.
+// computes, kept for later steps; the next layer's experts in prefill) are waited for only by
+// a later hit on their slot, and wait themselves for the compute stream only where they
+// refill a slot that the current step's kernels read.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -38,6 +40,9 @@ class GpuExperts {
   size_t extent() const { return extent_; }
   // Whether (layer, expert) has a slot (no use is recorded).
   bool resident(int layer, int expert);
+  // A new layer's step: the kernels of earlier steps are done (the op waited for them), so
+  // their slots can be refilled without waiting for the compute stream.
+  void begin_step() { ++epoch_; }
 
   struct Placed {
     std::vector<const uint8_t*> at;  // each expert's record on the device
@@ -47,13 +52,17 @@ class GpuExperts {
   // The records of `experts` (distinct, of source layer `layer`, at most slots()), `bytes[i]`
   // long each: hits where they are, misses read through `src` and copied into their slots on
   // the copy stream. The compute stream waits here for earlier background copies that a hit
-  // needs. background: no one waits for these copies now (wait_copies() does not cover them).
+  // needs. background: no one waits for these copies now (wait_copies() does not cover them;
+  // their host records are held here until settle()).
   // An error reading one leaves it out of the cache and is raised.
   Placed place(ExpertSource& src, int layer, std::span<const int32_t> experts, std::span<const size_t> bytes,
                bool background = false);
   // The compute stream waits (on the device) for the copies place() issued, background ones
   // excepted.
   void wait_copies();
+  // Waits for the background copies and lets their host records go (the end of a step: the
+  // host cache may not outlive the step).
+  void settle();
   // After the host has seen the compute stream pass wait_copies(): the device time of the
   // waited copies since the last call, and their bytes (0, 0: none).
   std::pair<double, uint64_t> take_copy_time();
@@ -71,6 +80,9 @@ class GpuExperts {
   cudaEvent_t compute_mark_ = nullptr, copies_done_ = nullptr, background_done_ = nullptr;
   cudaEvent_t timed_start_ = nullptr, timed_end_ = nullptr;
   std::vector<int64_t> background_slots_;  // slots whose background copy may be in flight
+  std::vector<ExpertRef> background_held_;  // their host records
+  std::vector<uint64_t> slot_epoch_;       // the step whose kernels last read each slot
+  uint64_t epoch_ = 1;
   int next_staging_ = 0;
   bool pending_ = false, timing_ = false;
   uint64_t timed_bytes_ = 0;

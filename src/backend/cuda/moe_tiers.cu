@@ -59,6 +59,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
     MF_CUDA(cudaMemcpyAsync(xh.data(), x, xh.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
   MF_CUDA(cudaStreamSynchronize(stream_));
+  if (gpu_experts_) gpu_experts_->begin_step();
   std::vector<int32_t> used = ids;
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
@@ -140,11 +141,34 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
     placed.push_back(gpu_experts_->place(*m.source, layer, std::span<const int32_t>(on_cpu.data(), n),
                                          std::span<const size_t>(cpu_bytes.data(), n), /*background=*/true));
   }
+  if (prefill_prefetch_ && gpu_experts_ && m.next && m.next->source == m.source && T * K >= 2 * E &&
+      m.next->source_layer >= opt_.cpu_moe_layers)
+    prefetch_layer(*m.next);
   if (!on_cpu.empty()) moe_on_host(m, xh, ids, on_cpu, cpu_bytes, y);
   MF_CUDA(cudaStreamSynchronize(stream_));  // the tables, the rows and the held records are free again
   if (gpu_experts_) {
     const auto [s, b] = gpu_experts_->take_copy_time();
     rates_.add_h2d(double(b), s);
+  }
+}
+
+void CudaBackend::prefetch_layer(const MoeSpec& next) {
+  GpuExperts& g = *gpu_experts_;
+  const size_t cap = size_t(g.slots() / 2);
+  std::vector<int32_t> experts;
+  std::vector<size_t> bytes;
+  for (int32_t e = 0; e < int32_t(next.n_experts) && experts.size() < cap; ++e) {
+    if (g.resident(next.source_layer, e)) continue;
+    const size_t b = record_extent(next.experts[size_t(e)], next.record_base[size_t(e)]);
+    if (b > g.extent()) return;
+    experts.push_back(e), bytes.push_back(b);
+  }
+  if (experts.empty()) return;
+  try {
+    g.place(*next.source, next.source_layer, experts, bytes, /*background=*/true);
+    prefetched_ += experts.size();
+  } catch (const Error&) {
+    // Advisory: the failed record is out of the cache, and the layer's own read reports it.
   }
 }
 

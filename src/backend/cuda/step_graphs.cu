@@ -52,6 +52,7 @@ void CudaBackend::begin_step(const StepInfo& step) {
 }
 
 void CudaBackend::end_step(bool ok) {
+  if (gpu_experts_) gpu_experts_->settle();
   if (mode_ == Mode::Capture) {  // the step ended (or threw) before logits() ended the capture
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(stream_, &g);
