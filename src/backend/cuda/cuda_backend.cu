@@ -130,24 +130,26 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
       cudaGetLastError();
     }
   }
-  if (gpu_experts_) {
-    const GpuExpertStats st = gpu_experts_->stats();
-    const uint64_t looked = st.slots.lookups + host_experts_.experts;
-    f.emplace_back("gpu_expert_cache",
-                   cat(gpu_experts_->slots(), " slots of ", fixed(double(gpu_experts_->extent()) / 1e6, 1), " MB, hits ",
-                       fixed(looked ? 100.0 * double(st.slots.hits) / double(looked) : 0.0, 1), "% of ", looked, ", ",
-                       fixed(double(st.bytes_copied) / 1e9, 2), " GB copied (", fixed(double(st.bytes_staged) / 1e9, 2),
-                       " GB staged) at ", fixed(st.copy_s > 0 ? double(st.bytes_timed) / st.copy_s / 1e9 : 0.0, 1),
-                       " GB/s, ", fixed(st.copy_wait_s, 3), " s waiting for host records, ", prefetched_,
-                       " prefetched for prefill"));
+  if (tiers_.routed) {
+    // The streamed experts' tiers: where the routed experts of the steps were found or computed.
+    const double n = double(tiers_.routed);
+    const auto pct = [&](uint64_t k) { return fixed(100.0 * double(k) / n, 1); };
+    std::string line = cat(tiers_.routed, " routed experts: ", pct(tiers_.hits), "% GPU cache hits, ",
+                           pct(tiers_.copied), "% copied and waited for, ", pct(tiers_.cpu), "% on the CPU");
+    if (gpu_experts_) {
+      const GpuExpertStats st = gpu_experts_->stats();
+      line += cat("; ", gpu_experts_->slots(), " slots of ", fixed(double(gpu_experts_->extent()) / 1e6, 1), " MB, ",
+                  fixed(double(st.bytes_copied) / 1e9, 2), " GB copied (", fixed(double(st.bytes_staged) / 1e9, 2),
+                  " GB staged), waited-for copies at ",
+                  fixed(st.copy_s > 0 ? double(st.bytes_timed) / st.copy_s / 1e9 : 0.0, 1), " GB/s, ",
+                  fixed(st.copy_wait_s, 3), " s waiting for host records, ", tiers_.prefetched, " prefetched for prefill");
+    }
+    f.emplace_back("gpu_expert_cache", line);
   }
-  if (host_experts_.experts) {
-    const uint64_t looked = host_experts_.experts + (gpu_experts_ ? gpu_experts_->stats().slots.lookups : 0);
-    f.emplace_back("cpu_experts",
-                   cat(host_experts_.experts, " experts (", fixed(100.0 * double(host_experts_.experts) / double(looked), 1),
-                       "% of the routed), ", host_experts_.rows, " rows, ", fixed(host_experts_.seconds, 3), " s, ",
-                       fixed(host_experts_.seconds > 0 ? host_experts_.work / host_experts_.seconds / 1e9 : 0.0, 1),
-                       " GB/s of weights x rows"));
+  if (tiers_.cpu) {
+    f.emplace_back("cpu_experts", cat(tiers_.cpu, " experts, ", tiers_.cpu_rows, " rows, ", fixed(tiers_.cpu_s, 3), " s, ",
+                                      fixed(tiers_.cpu_s > 0 ? tiers_.cpu_work / tiers_.cpu_s / 1e9 : 0.0, 1),
+                                      " GB/s of weights x rows"));
   }
   return f;
 }

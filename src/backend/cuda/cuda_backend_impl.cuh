@@ -111,12 +111,13 @@ class CudaBackend final : public Backend {
                    std::span<const int32_t> on_cpu, std::span<const size_t> bytes, float* y);
   std::unique_ptr<cuda::GpuExperts> gpu_experts_;
   TierRates rates_;
-  uint64_t prefetched_ = 0;  // experts prefetch_layer copied
   cuda::PinnedBuffer pinned_tables_, pinned_rows_;
-  struct HostExpertStats {
-    uint64_t experts = 0, rows = 0;
-    double seconds = 0, work = 0;  // work: record bytes x rows
-  } host_experts_;
+  struct TierStats {
+    uint64_t routed = 0;  // distinct experts of the steps that streamed
+    uint64_t hits = 0, copied = 0, cpu = 0;  // ... found in the GPU cache, copied and waited for, on the CPU
+    uint64_t cpu_rows = 0, prefetched = 0;
+    double cpu_s = 0, cpu_work = 0;  // cpu_work: record bytes x rows
+  } tiers_;
   void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
                     const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
   void host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run);

@@ -72,6 +72,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
     extent = std::max(extent, bytes.back());
   }
 
+  tiers_.routed += used.size();
   std::vector<int32_t> on_gpu, on_cpu;
   std::vector<size_t> gpu_bytes, cpu_bytes;
   if (all_cpu) {
@@ -112,6 +113,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
       const std::span<const int32_t> part(on_gpu.data() + i0, n);
       placed.push_back(g.place(*m.source, layer, part, std::span<const size_t>(gpu_bytes.data() + i0, n)));
       const GpuExperts::Placed& p = placed.back();
+      for (bool hit : p.hit) ++(hit ? tiers_.hits : tiers_.copied);
       DW* ht[2] = {host + (2 * gi) * per_table, host + (2 * gi + 1) * per_table};
       std::fill(ht[0], ht[0] + 2 * per_table, DW{});
       bool any[2] = {false, false};
@@ -166,7 +168,7 @@ void CudaBackend::prefetch_layer(const MoeSpec& next) {
   if (experts.empty()) return;
   try {
     g.place(*next.source, next.source_layer, experts, bytes, /*background=*/true);
-    prefetched_ += experts.size();
+    tiers_.prefetched += experts.size();
   } catch (const Error&) {
     // Advisory: the failed record is out of the cache, and the layer's own read reports it.
   }
@@ -210,8 +212,7 @@ void CudaBackend::moe_on_host(const MoeSpec& m, const std::vector<float>& x, con
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rates_.add_cpu(work, secs);
-  host_experts_.experts += on_cpu.size(), host_experts_.rows += n;
-  host_experts_.seconds += secs, host_experts_.work += work;
+  tiers_.cpu += on_cpu.size(), tiers_.cpu_rows += n, tiers_.cpu_s += secs, tiers_.cpu_work += work;
   Scratch sc(*pool_);
   float* dev = sc.get<float>(n * size_t(dim) + n);
   MF_CUDA(cudaMemcpyAsync(dev, out, (n * size_t(dim) + n) * sizeof(float), cudaMemcpyHostToDevice, stream_));
