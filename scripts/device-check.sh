@@ -14,13 +14,14 @@
 #               all) -p 512 -n 128, and mixtral-8x7b (4 layers) -p 512 -n 128; CUDA_PROFILE=1
 #               adds the per-stage profile of qwen3-30b-a3b
 #   serve-bench the load benchmark of moeflux serve --backend cuda (scripts/bench-serve.py, 1 / 4 /
-#               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48): a full build with the libraries
-#               the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"])
+#               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48); needs FULL=1
 #   cuda-cache  the GPU expert cache: bench --backend cuda on qwen3-30b-a3b (CUDA_LAYERS of 48),
 #               experts streamed (host cache 100%) through GPU budgets CACHE_BUDGETS (10/25/50/100%),
 #               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1)
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
+# FULL=1: the full moeflux (tokenizer, server) instead of the engine-only one, with the
+# libraries the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"]).
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,11 +29,21 @@ OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
 W=build-device/cpu
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+full=()  # FULL=1 with carry/deps: the full moeflux (server, tokenizer) for every step
+if [ -n "${FULL:-}" ] && [ -d carry/deps ]; then
+  export LD_LIBRARY_PATH=$PWD/carry/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PKG_CONFIG_LIBDIR=$PWD/carry/deps/lib/pkgconfig
+  full=(-DMOEFLUX_MINIMAL=OFF -DCMAKE_PREFIX_PATH="$PWD/carry/deps")
+fi
 build() {  # build SRC_DIR BUILD_DIR NAME
-  cmake -S "$1" -B "$2" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF -DMOEFLUX_CUDA=${MOEFLUX_CUDA:-ON} >"$OUT/cmake-$3.log" 2>&1 &&
-    timeout 300 cmake --build "$2" -j"$(nproc)" --target moeflux >"$OUT/build-$3.log" 2>&1 && echo "built $3 $(date -u +%T)"
+  cmake -S "$1" -B "$2" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF -DMOEFLUX_CUDA=${MOEFLUX_CUDA:-ON} "${full[@]}" >"$OUT/cmake-$3.log" 2>&1 &&
+    timeout 400 cmake --build "$2" -j"$(nproc)" --target moeflux >"$OUT/build-$3.log" 2>&1 && echo "built $3 $(date -u +%T)"
 }
-build . "$W/build" new || { tail -30 "$OUT/build-new.log"; exit 1; }
+if ! build . "$W/build" new && [ ${#full[@]} -gt 0 ]; then
+  tail -15 "$OUT/cmake-new.log" "$OUT/build-new.log"; echo "the full build failed: the engine-only one instead"
+  full=(); rm -rf "$W/build"
+  build . "$W/build" new
+fi || { tail -30 "$OUT/build-new.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 bins=("new=$W/build/src/moeflux")
 for t in carry/*/; do
@@ -92,14 +103,9 @@ PY
       done
       ;;
     serve-bench)
-      [ -d carry/deps ] || { echo "serve-bench: no carry/deps (scripts/carry-deps.sh, carry [\"carry/deps\"])"; continue; }
-      export LD_LIBRARY_PATH=$PWD/carry/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-      PKG_CONFIG_LIBDIR=$PWD/carry/deps/lib/pkgconfig cmake -S . -B "$W/full" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-        -DMOEFLUX_TESTS=OFF -DMOEFLUX_WERROR=OFF -DCMAKE_PREFIX_PATH="$PWD/carry/deps" >"$OUT/cmake-full.log" 2>&1 &&
-        timeout 400 cmake --build "$W/full" -j"$(nproc)" --target moeflux >"$OUT/build-full.log" 2>&1 ||
-        { tail -20 "$OUT/cmake-full.log" "$OUT/build-full.log"; continue; }
+      [ ${#full[@]} -gt 0 ] || { echo "serve-bench: needs FULL=1 and carry/deps (scripts/carry-deps.sh, carry [\"carry/deps\"])"; continue; }
       q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
-      timeout 500 python3 scripts/bench-serve.py --moeflux "$W/full/src/moeflux" -m "$q" --tokenizer tests/data/tokenizers/qwen3 \
+      timeout 500 python3 scripts/bench-serve.py --moeflux "$W/build/src/moeflux" -m "$q" --tokenizer tests/data/tokenizers/qwen3 \
         --clients 1,4,16 --requests 2 --max-tokens 64 --extra "--backend cuda" 2>&1 | tee "$OUT/serve-bench.log" | tail -12 ;;
     cuda-cache)
       for skew in ${CACHE_SKEWS:-0 1}; do
