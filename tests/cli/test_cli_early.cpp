@@ -38,7 +38,6 @@ TEST(CliEarly, BadArgumentsBeforeTheModel) {
       {"run" + none + " -p hi --backend cuda --gpu-expert-cache 10x", "--gpu-expert-cache '10x': expected auto"},
       {"bench" + none + " --backend auto --gpu-expert-cache 120%", "a share above 100%"},
       {"run" + none + " -p hi --backend cuda --moe-misses cpu", "--moe-misses cpu needs a GPU expert cache"},
-      {"run" + none + " -p hi --backend cuda --gpu-expert-cache 10% --moe-misses fast", "--moe-misses"},
       {"run" + none + " -p hi --n-cpu-moe 2", "--cpu-moe-layers needs --backend cuda"},
       {"chat" + none + " --temp -1", "temperature must be >= 0"},
       {"chat" + none + " --top-p 7", "top-p must be in (0, 1]"},
