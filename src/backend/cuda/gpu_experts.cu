@@ -14,7 +14,7 @@ namespace {
 
 struct CudaPinner final : HostPinner {
   bool pin(void* p, size_t bytes) override {
-    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return true;
     cudaGetLastError();
     return false;
   }
