@@ -2,7 +2,8 @@
 // streamed from the pack through a small host cache and a GPU cache of 1 slot, 10% and all of
 // the experts gives the same logits, bit for bit, as the resident cuda path, over a prefill and
 // decode steps; a budget that holds no expert is an error naming the option. Skipped without
-// a usable GPU. Misses computed by the CPU instead agree within float rounding.
+// a usable GPU. Misses computed by the CPU instead agree within float rounding; a read error
+// fails one pass and the next works.
 #include <gtest/gtest.h>
 
 #include "backend/registry.h"
@@ -102,6 +103,52 @@ TEST(GpuExpertCache, CpuComputedMissesAgreeWithResident) {
     }
     if (!c.budget.empty()) {
       EXPECT_FALSE(m->backend->fact("gpu_expert_cache").empty());
+    }
+  }
+}
+
+// A read error while experts stream through the GPU cache fails that pass with the layer and
+// expert named; the next pass on the same session works and agrees with the resident path.
+TEST(GpuExpertCache, AReadErrorFailsThatPassAndTheNextOneWorks) {
+  if (std::string why; !backend_usable("cuda", &why)) GTEST_SKIP() << why;
+  auto resident = demo_on_gpu("");
+  const auto ids = test::base_ids(test::kDemo, *resident);
+  const std::vector<int32_t> first(ids.begin(), ids.begin() + ptrdiff_t(ids.size() / 2)),
+      second(ids.begin() + ptrdiff_t(ids.size() / 2), ids.end());
+  std::vector<float> want;
+  {
+    Session s(*resident);
+    s.forward(first);
+    want = s.forward(second);
+  }
+  for (const MoeMisses misses : {MoeMisses::Copy, MoeMisses::Cpu}) {
+    SCOPED_TRACE(int(misses));
+    BackendOptions bo;
+    bo.name = "cuda";
+    bo.cuda.expert_cache = "120000";  // one slot: nearly every expert comes from the host
+    bo.cuda.moe_misses = misses;
+    StreamOptions o;
+    o.budget = "1";  // and the host reads each from the file every time
+    auto m = load_model(test::demo_dir(), o, make_backend(bo));
+    Session s(*m);
+    s.forward(first);
+    expert_cache(*m)->set_fault_hook([](int, int) { throw std::runtime_error("injected EIO"); });
+    try {
+      s.forward(second);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("injected EIO"), std::string::npos) << what;
+      EXPECT_NE(what.find(" expert "), std::string::npos) << what;
+    }
+    EXPECT_EQ(s.pos(), int64_t(first.size()));
+    expert_cache(*m)->set_fault_hook(nullptr);
+    std::vector<float> got;
+    ASSERT_NO_THROW(got = s.forward(second));
+    if (misses == MoeMisses::Copy) {
+      EXPECT_EQ(test::first_difference(got, want), -1);
+    } else {
+      EXPECT_LT(test::rel_l2(got, want), 1e-3);
     }
   }
 }
