@@ -5,6 +5,7 @@
 // block.
 #include <cmath>
 
+#include "backend/cuda/block_math.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
 
@@ -14,17 +15,6 @@ namespace {
 
 constexpr int kPrepThreads = 128, kMaxRope = 256, kMaxRank = 1024, kAttWarps = 8, kScoresMax = 8192,
               kRowsPerBlock = 8;
-
-__device__ void rope_vec(float* v, const RopeDev& r, float pos) {  // v in shared memory
-  const int half = r.rot_dim / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float ang = pos * r.inv_freq[i];
-    const float c = cosf(ang) * r.attn_factor, s = sinf(ang) * r.attn_factor;
-    const float x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * c - x2 * s;
-    v[i + half] = x2 * c + x1 * s;
-  }
-}
 
 // Block (t, h < H): head h's q_pe of token t; block (t, H): the token's c and k_pe.
 __global__ void mla_prep_kernel(MlaDev a, const float* q, const float* kv, const int32_t* pos_at, float* qpe,
@@ -38,7 +28,7 @@ __global__ void mla_prep_kernel(MlaDev a, const float* q, const float* kv, const
   for (int i = threadIdx.x; i < P; i += blockDim.x)
     v[i] = a.interleave ? (i < P / 2 ? src[2 * i] : src[2 * (i - P / 2) + 1]) : src[i];
   __syncthreads();
-  rope_vec(v, a.rope, pos);
+  rope_rotate_half(v, a.rope, pos);
   __syncthreads();
   float* dst = h < a.n_heads ? qpe + (t * a.n_heads + h) * P : cache_kpe + (len0 + t) * P;
   for (int i = threadIdx.x; i < P; i += blockDim.x) dst[i] = v[i];
@@ -88,22 +78,7 @@ __global__ void __launch_bounds__(kAttWarps * 32)
     if (lane == 0) sc[p] = s * a.scale;
   }
   __syncthreads();
-  float m = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, sc[i]);
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = red[0];
-  for (int w = 1; w < kAttWarps; ++w) m = fmaxf(m, red[w]);
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += (sc[i] = expf(sc[i] - m));
-  sum = warp_sum(sum);
-  __syncthreads();
-  if (lane == 0) red[warp] = sum;
-  __syncthreads();
-  sum = 0.0f;
-  for (int w = 0; w < kAttWarps; ++w) sum += red[w];
+  const float sum = block_exp_sum<kAttWarps>(sc, n, red);
   for (int d = threadIdx.x; d < R; d += blockDim.x) {
     float acc = 0.0f;
     for (int64_t p = 0; p < n; ++p) acc += sc[p] * cache_c[p * R + d];
