@@ -33,17 +33,18 @@ full=()  # FULL=1 with carry/deps: the full moeflux (server, tokenizer) for ever
 if [ -n "${FULL:-}" ] && [ -d carry/deps ]; then
   export LD_LIBRARY_PATH=$PWD/carry/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export PKG_CONFIG_LIBDIR=$PWD/carry/deps/lib/pkgconfig
-  full=(-DMOEFLUX_MINIMAL=OFF -DCMAKE_PREFIX_PATH="$PWD/carry/deps")
+  export PATH=$PWD/carry/deps/bin:$PATH
+  full=(-DMOEFLUX_MINIMAL=OFF -DCMAKE_PREFIX_PATH="$PWD/carry/deps" -DPKG_CONFIG_EXECUTABLE="$PWD/carry/deps/bin/pkg-config")
 fi
 build() {  # build SRC_DIR BUILD_DIR NAME
   cmake -S "$1" -B "$2" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF -DMOEFLUX_CUDA=${MOEFLUX_CUDA:-ON} "${full[@]}" >"$OUT/cmake-$3.log" 2>&1 &&
     timeout 400 cmake --build "$2" -j"$(nproc)" --target moeflux >"$OUT/build-$3.log" 2>&1 && echo "built $3 $(date -u +%T)"
 }
-if ! build . "$W/build" new && [ ${#full[@]} -gt 0 ]; then
-  tail -15 "$OUT/cmake-new.log" "$OUT/build-new.log"; echo "the full build failed: the engine-only one instead"
+if [ ${#full[@]} -gt 0 ] && ! build . "$W/build" full; then
+  tail -n 15 "$OUT/cmake-full.log" "$OUT/build-full.log"; echo "the full build failed: the engine-only one instead"
   full=(); rm -rf "$W/build"
-  build . "$W/build" new
-fi || { tail -30 "$OUT/build-new.log"; exit 1; }
+fi
+[ -x "$W/build/src/moeflux" ] && [ ${#full[@]} -gt 0 ] || build . "$W/build" new || { tail -n 30 "$OUT/build-new.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 bins=("new=$W/build/src/moeflux")
 for t in carry/*/; do

@@ -2,6 +2,7 @@
 // graphs of decode steps (recorded at the second step of a shape, replayed from the third).
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
@@ -31,10 +32,14 @@ void CudaBackend::begin_step(const StepInfo& step) {
     staging_[R + i] = int32_t(q.pos0);
     step_seq_at_row_[q.row0] = int(i);
     step_graphable_ = step_graphable_ && q.rows == 1;
+    // Every device state a recorded step reads or writes is part of its shape: a new
+    // sequence's state may sit where an ended one's did for one kind and elsewhere for another.
     for (const auto& st : q.states)
       if (auto* kv = dynamic_cast<KvCacheDev*>(st.get())) {
         kv->reserve(q.pos0 + q.rows);  // no allocation or sync inside a recorded step
         step_key_.push_back(uintptr_t(kv->k()));
+      } else if (auto* g = dynamic_cast<GdnStateDev*>(st.get())) {
+        step_key_.push_back(uintptr_t(g->conv())), step_key_.push_back(uintptr_t(g->recurrent()));
       }
   }
   step_recordable_ = step_graphable_;
