@@ -205,11 +205,11 @@ std::unique_ptr<LayerState> CudaBackend::make_state(const GqaSpec& a) const {
   return std::make_unique<KvCacheDev>(a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim, stream_);
 }
 std::unique_ptr<LayerState> CudaBackend::make_state(const MlaSpec& a) const {
-  if (!mla_fits(mla_dev(a))) return host_->make_state(a);  // run on the host (mla_attention)
+  if (!mla_on_device(a)) return host_->make_state(a);  // run on the host (mla_attention)
   return std::make_unique<KvCacheDev>(a.kv_lora_rank, a.qk_rope_dim, stream_, "c", "k_pe");
 }
 std::unique_ptr<LayerState> CudaBackend::make_state(const GdnSpec& a) const {
-  if (!gdn_fits(gdn_dev(a))) return host_->make_state(a);  // run on the host (gated_delta_net)
+  if (!gdn_on_device(a)) return host_->make_state(a);  // run on the host (gated_delta_net)
   return std::make_unique<GdnStateDev>((a.conv_kernel - 1) * a.conv_dim(), a.n_v_heads * a.k_dim * a.v_dim, stream_);
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/tuning_switch.h"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/dot_rows.cuh"
@@ -64,6 +65,13 @@ void CudaBackend::host_mixer(Act x, Act out, const std::function<void(Act, Act)>
   from_host(oh.data(), out);
 }
 
+namespace {
+TuningSwitch g_device_mixers("MOEFLUX_CUDA_DEVICE_MIXERS");
+}  // namespace
+
+bool CudaBackend::mla_on_device(const MlaSpec& a) const { return g_device_mixers.on() && mla_fits(mla_dev(a)); }
+bool CudaBackend::gdn_on_device(const GdnSpec& a) const { return g_device_mixers.on() && gdn_fits(gdn_dev(a)); }
+
 MlaDev CudaBackend::mla_dev(const MlaSpec& a) const {
   MlaDev m;
   m.n_heads = int32_t(a.n_heads), m.nope = int32_t(a.qk_nope_dim), m.rope_dim = int32_t(a.qk_rope_dim);
@@ -74,7 +82,7 @@ MlaDev CudaBackend::mla_dev(const MlaSpec& a) const {
 
 // Both paths run in the latent space here (Naive equals Absorbed up to float rounding).
 void CudaBackend::mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
-  if (!mla_fits(mla_dev(a))) {
+  if (!mla_on_device(a)) {
     host_mixer(x, out, [&](Act xh, Act oh) { host_->mla_attention(a, xh, seqs, oh); });
     return;
   }
@@ -132,7 +140,7 @@ GdnDev CudaBackend::gdn_dev(const GdnSpec& a) const {
 }
 
 void CudaBackend::gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
-  if (!gdn_fits(gdn_dev(a))) {
+  if (!gdn_on_device(a)) {
     host_mixer(x, out, [&](Act xh, Act oh) { host_->gated_delta_net(a, xh, seqs, oh); });
     return;
   }
