@@ -124,8 +124,8 @@ class CudaBackend final : public Backend {
   // a's shape for the GatedDeltaNet / MLA kernels (no pointers).
   cuda::GdnDev gdn_dev(const GdnSpec& a) const;
   cuda::MlaDev mla_dev(const MlaSpec& a) const;
-  // Whether MLA / GatedDeltaNet run on the device: shapes their kernels take, unless the
-  // switch MOEFLUX_CUDA_DEVICE_MIXERS is 0 (read when states are made: set it at start-up).
+  // Whether MLA / GatedDeltaNet run on the device: shapes their kernels take; GatedDeltaNet
+  // only with the switch MOEFLUX_CUDA_DEVICE_GDN=1 (read when states are made: at start-up).
   bool mla_on_device(const MlaSpec& a) const;
   bool gdn_on_device(const GdnSpec& a) const;
   // Replay: the ops only keep their host-side books; the graph runs in logits().

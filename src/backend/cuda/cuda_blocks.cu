@@ -66,11 +66,13 @@ void CudaBackend::host_mixer(Act x, Act out, const std::function<void(Act, Act)>
 }
 
 namespace {
-TuningSwitch g_device_mixers("MOEFLUX_CUDA_DEVICE_MIXERS");
+// GatedDeltaNet's device kernels: off until a step of three or more sequences of qwen3_next
+// agrees with each sequence alone (tests/engine/test_engine_batch.cpp); "1" turns them on.
+TuningSwitch g_device_gdn("MOEFLUX_CUDA_DEVICE_GDN", /*default_on=*/false);
 }  // namespace
 
-bool CudaBackend::mla_on_device(const MlaSpec& a) const { return g_device_mixers.on() && mla_fits(mla_dev(a)); }
-bool CudaBackend::gdn_on_device(const GdnSpec& a) const { return g_device_mixers.on() && gdn_fits(gdn_dev(a)); }
+bool CudaBackend::mla_on_device(const MlaSpec& a) const { return mla_fits(mla_dev(a)); }
+bool CudaBackend::gdn_on_device(const GdnSpec& a) const { return g_device_gdn.on() && gdn_fits(gdn_dev(a)); }
 
 MlaDev CudaBackend::mla_dev(const MlaSpec& a) const {
   MlaDev m;
