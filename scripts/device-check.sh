@@ -8,16 +8,20 @@
 #   ab      this tree against each carry tree, alternating ROUNDS rounds (default 3, the order
 #           reversed every other round): bench $BENCH (default -p 128 -n 32 -r 3)
 #   stream  expert streaming tables (scripts/device-stream.sh)
-#   cuda-test   the CUDA tests: the backend op table and the fixture suite through cuda
-#               (logs under $OUT/cuda-*.log)
+#   cuda-test   the CUDA tests: the backend op table, the fixture suite and the engine tests
+#               through cuda, the GPU expert cache's (logs under $OUT/cuda-*.log)
 #   cuda-bench  bench --backend cuda on synth packs: qwen3-30b-a3b (CUDA_LAYERS of 48, default
 #               all) -p 512 -n 128, and mixtral-8x7b (4 layers) -p 512 -n 128; CUDA_PROFILE=1
 #               adds the per-stage profile of qwen3-30b-a3b
 #   serve-bench the load benchmark of moeflux serve --backend cuda (scripts/bench-serve.py, 1 / 4 /
-#               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48): a full build with the libraries
-#               the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"])
+#               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48); needs FULL=1
+#   cuda-cache  the GPU expert cache: bench --backend cuda on qwen3-30b-a3b (CUDA_LAYERS of 48),
+#               experts streamed (host cache 100%) through GPU budgets CACHE_BUDGETS (10/25/50/100%),
+#               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1)
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
+# FULL=1: the full moeflux (tokenizer, server) instead of the engine-only one, with the
+# libraries the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"]).
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,22 +29,33 @@ OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
 W=build-device/cpu
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+full=()  # FULL=1 with carry/deps: the full moeflux (server, tokenizer) for every step
+if [ -n "${FULL:-}" ] && [ -d carry/deps ]; then
+  export LD_LIBRARY_PATH=$PWD/carry/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PKG_CONFIG_LIBDIR=$PWD/carry/deps/lib/pkgconfig
+  export PATH=$PWD/carry/deps/bin:$PATH
+  full=(-DMOEFLUX_MINIMAL=OFF -DCMAKE_PREFIX_PATH="$PWD/carry/deps" -DPKG_CONFIG_EXECUTABLE="$PWD/carry/deps/bin/pkg-config")
+fi
 build() {  # build SRC_DIR BUILD_DIR NAME
-  cmake -S "$1" -B "$2" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF -DMOEFLUX_CUDA=${MOEFLUX_CUDA:-ON} >"$OUT/cmake-$3.log" 2>&1 &&
-    timeout 300 cmake --build "$2" -j"$(nproc)" --target moeflux >"$OUT/build-$3.log" 2>&1 && echo "built $3 $(date -u +%T)"
+  cmake -S "$1" -B "$2" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMOEFLUX_MINIMAL=ON -DMOEFLUX_WERROR=OFF -DMOEFLUX_CUDA=${MOEFLUX_CUDA:-ON} "${full[@]}" >"$OUT/cmake-$3.log" 2>&1 &&
+    timeout 400 cmake --build "$2" -j"$(nproc)" --target moeflux >"$OUT/build-$3.log" 2>&1 && echo "built $3 $(date -u +%T)"
 }
-build . "$W/build" new || { tail -30 "$OUT/build-new.log"; exit 1; }
+if [ ${#full[@]} -gt 0 ] && ! build . "$W/build" full; then
+  tail -n 15 "$OUT/cmake-full.log" "$OUT/build-full.log"; echo "the full build failed: the engine-only one instead"
+  full=(); rm -rf "$W/build"
+fi
+[ -x "$W/build/src/moeflux" ] && [ ${#full[@]} -gt 0 ] || build . "$W/build" new || { tail -n 30 "$OUT/build-new.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 bins=("new=$W/build/src/moeflux")
 for t in carry/*/; do
   n=$(basename "$t")
   [ -f "$t/CMakeLists.txt" ] && build "$t" "$W/tree-$n" "$n" && bins+=("$n=$W/tree-$n/src/moeflux")
 done
-synth() {  # synth PRESET LAYERS: the pack's path
-  local p=$W/$1-l$2
+synth() {  # synth PRESET LAYERS [SKEW]: the pack's path
+  local p=$W/$1-l$2; [ "${3:-0}" = 0 ] || p=$p-s$3
   if [ ! -f "$p/manifest.json" ]; then
     local t0=$SECONDS
-    timeout 420 $W/build/src/moeflux synth --preset "$1" --layers "$2" --format pack --out "$p" >/dev/null 2>&1
+    timeout 420 $W/build/src/moeflux synth --preset "$1" --layers "$2" --routing-skew "${3:-0}" --format pack --out "$p" >/dev/null 2>&1
     echo "synth of $1, $2 layers: $((SECONDS - t0)) s" >&2
   fi
   echo "$p"
@@ -60,9 +75,11 @@ for s in $steps; do
       timeout 300 "$W/build/tests/test_models" --gtest_filter='*BackendFixture*cuda*' >"$OUT/cuda-fixtures.log" 2>&1
       echo "fixtures: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-fixtures.log" | tr '\n' ' ')"
       grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-fixtures.log" | head -30
-      timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*' >"$OUT/cuda-engine.log" 2>&1
+      timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*:GpuExpertCache*' >"$OUT/cuda-engine.log" 2>&1
       echo "engine: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine.log" | tr '\n' ' ')"
-      grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-engine.log" | head -30 ;;
+      grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-engine.log" | head -30
+      MOEFLUX_CUDA_DEVICE_GDN=1 timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*' >"$OUT/cuda-engine-gdn.log" 2>&1
+      echo "engine, GatedDeltaNet on the device: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine-gdn.log" | tr '\n' ' ')" ;;
     cuda-ncu)
       q=$(synth qwen3-30b-a3b 8)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -89,15 +106,23 @@ PY
       done
       ;;
     serve-bench)
-      [ -d carry/deps ] || { echo "serve-bench: no carry/deps (scripts/carry-deps.sh, carry [\"carry/deps\"])"; continue; }
-      export LD_LIBRARY_PATH=$PWD/carry/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-      PKG_CONFIG_LIBDIR=$PWD/carry/deps/lib/pkgconfig cmake -S . -B "$W/full" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-        -DMOEFLUX_TESTS=OFF -DMOEFLUX_WERROR=OFF -DCMAKE_PREFIX_PATH="$PWD/carry/deps" >"$OUT/cmake-full.log" 2>&1 &&
-        timeout 400 cmake --build "$W/full" -j"$(nproc)" --target moeflux >"$OUT/build-full.log" 2>&1 ||
-        { tail -20 "$OUT/cmake-full.log" "$OUT/build-full.log"; continue; }
+      [ ${#full[@]} -gt 0 ] || { echo "serve-bench: needs FULL=1 and carry/deps (scripts/carry-deps.sh, carry [\"carry/deps\"])"; continue; }
       q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
-      timeout 500 python3 scripts/bench-serve.py --moeflux "$W/full/src/moeflux" -m "$q" --tokenizer tests/data/tokenizers/qwen3 \
+      timeout 500 python3 scripts/bench-serve.py --moeflux "$W/build/src/moeflux" -m "$q" --tokenizer tests/data/tokenizers/qwen3 \
         --clients 1,4,16 --requests 2 --max-tokens 64 --extra "--backend cuda" 2>&1 | tee "$OUT/serve-bench.log" | tail -12 ;;
+    cuda-cache)
+      for skew in ${CACHE_SKEWS:-0 1}; do
+        q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}" "$skew")
+        for b in ${CACHE_BUDGETS:-10% 25% 50% 100%}; do
+          for mode in ${CACHE_MODES:-copy cpu auto}; do
+            l="$OUT/cuda-cache-s$skew-${b%\%}-$mode.log"
+            timeout 150 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 2 --expert-cache 100% \
+              --gpu-expert-cache "$b" --moe-misses "$mode" >"$l" 2>&1
+            rows <"$l" | sed "s/^/skew $skew gpu $b $mode /"
+            grep -E "gpu expert cache|cpu experts|host-to-device" "$l" | sed "s/^/  /"
+          done
+        done
+      done ;;
     cuda-bench)
       q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
       timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 3 ${CUDA_BENCH:-} 2>&1 | tee "$OUT/cuda-bench-q30.log" | rows

@@ -66,6 +66,7 @@ class Backend {
   // rate (GB/s) and peak f32 FMA rate (GFLOP/s); 0 where not measured.
   struct Ceilings {
     double read_gbs = 0, fma_gflops = 0;
+    double h2d_gbs = 0;  // pinned host-to-device copies (a GPU backend)
   };
   virtual Ceilings measure_ceilings() { return {}; }
   // A/B levers: pairs of equivalent code paths (the same results) whose speed depends on the

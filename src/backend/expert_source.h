@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "core/host_pinner.h"
+
 namespace moeflux {
 
 // One expert record pinned for the op's use; released (unpinned) when destroyed or release()d.
@@ -42,6 +44,9 @@ class ExpertSource {
   virtual size_t window(int layer) const = 0;
   // The bytes of all expert records it serves (0: unknown), for budgets given as a share.
   virtual uint64_t total_bytes() const { return 0; }
+  // Page-locks the buffers its records are in, now and from now on, with `p` (nullptr: undo),
+  // so that a device copies them directly. Returns the bytes pinned now; advisory.
+  virtual uint64_t pin_host_memory(std::shared_ptr<HostPinner>) { return 0; }
 };
 
 // A backend's rewrite of one expert record, in place, after its read and before any use

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "core/byte_budget.h"
 #include "core/error.h"
 
 namespace moeflux::cli {
@@ -18,9 +19,29 @@ void add_compute_options(CLI::App* sub, ComputeArgs& a) {
   sub->add_option("--n-gpu-layers", a.gpu_layers,
                   "llama.cpp's -ngl: GPU offload is chosen with --backend cuda (the whole model on the GPU)")
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--gpu-expert-cache", a.gpu_expert_cache,
+                  "GPU memory for the experts a pack streams (--backend cuda): SIZE (24G), P% of the experts, or auto "
+                  "(the free GPU memory less a reserve); default none: each step's experts are staged");
+  sub->add_option("--moe-misses", a.moe_misses,
+                  "Where a streamed expert missing from the GPU expert cache computes: copy (into the cache, then the "
+                  "GPU), cpu (the CPU, while the GPU computes the hits), auto (each step split between the two from "
+                  "measured rates)")
+      ->check(CLI::IsMember({"copy", "cpu", "auto"}));
+  sub->add_option("--cpu-moe-layers,--n-cpu-moe", a.cpu_moe_layers,
+                  "(llama.cpp's --n-cpu-moe) the streamed experts of the first N MoE layers always compute on the CPU "
+                  "(--backend cuda)")
+      ->check(CLI::Range(0, 1 << 20));
 }
 
 void ComputeArgs::apply() const {
+  if (!gpu_expert_cache.empty()) {
+    if (backend != "cuda" && backend != "auto") fail("--gpu-expert-cache needs --backend cuda (or auto)");
+    parse_byte_budget("--gpu-expert-cache", gpu_expert_cache, 1, 1);  // the syntax, before loading anything
+  }
+  if (moe_misses != "copy" && gpu_expert_cache.empty())
+    fail("--moe-misses ", moe_misses, " needs a GPU expert cache (--gpu-expert-cache)");
+  if (cpu_moe_layers > 0 && backend != "cuda" && backend != "auto")
+    fail("--cpu-moe-layers needs --backend cuda (or auto)");
   if (gpu_layers > 0)
     fail("-ngl / --n-gpu-layers ", gpu_layers, ": GPU offload is chosen with --backend cuda (the whole model runs on "
          "the GPU; --backend auto: the GPU when there is one); drop -ngl");
@@ -32,6 +53,9 @@ BackendOptions ComputeArgs::backend_options(Repack repack) const {
   o.cpu.threads = threads;
   o.cpu.isa = cpu_isa;
   o.cpu.repack = repack;
+  o.cuda.expert_cache = gpu_expert_cache;
+  o.cuda.moe_misses = moe_misses == "cpu" ? MoeMisses::Cpu : moe_misses == "auto" ? MoeMisses::Auto : MoeMisses::Copy;
+  o.cuda.cpu_moe_layers = cpu_moe_layers;
   return o;
 }
 

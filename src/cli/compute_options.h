@@ -15,8 +15,12 @@ struct ComputeArgs {
   std::string backend = "cpu";
   std::string cpu_isa;  // empty: the best the CPU has
   int gpu_layers = 0;   // -ngl: accepted only as 0 (no offload)
+  std::string gpu_expert_cache;  // --gpu-expert-cache (CudaOptions::expert_cache)
+  std::string moe_misses = "copy";  // --moe-misses (CudaOptions::moe_misses)
+  int cpu_moe_layers = 0;           // --cpu-moe-layers
 
-  // Refuses -ngl > 0. Call before loading the model.
+  // Refuses -ngl > 0, --gpu-expert-cache malformed or without a GPU backend, and --moe-misses /
+  // --cpu-moe-layers without what they need. Call before loading the model.
   void apply() const;
   // The backend these options ask for; repack: the CPU's weight layout (--no-repack: Off).
   BackendOptions backend_options(Repack repack = Repack::Auto) const;

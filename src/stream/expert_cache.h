@@ -125,6 +125,7 @@ class ExpertCache final : public ExpertSource {
   const ExpertLayer& layer(int l) const { return files_.layer(l); }
   const std::vector<ExpertLayer>& layers() const { return files_.layers(); }
   uint64_t total_bytes() const override { return total_bytes_; }  // all records of the pack
+  uint64_t pin_host_memory(std::shared_ptr<HostPinner> p) override { return pool_->set_pinner(std::move(p)); }
   ExpertCacheStats stats() const;
   void reset_stats();
   // Demand accesses per layer and expert since the cache was made (a routing profile).

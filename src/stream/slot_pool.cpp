@@ -16,7 +16,22 @@ constexpr uint64_t kChunkBytes = 64ull << 20;  // carve up to 64 MiB of slots pe
 }
 
 SlotPool::~SlotPool() {
-  for (auto [p, n] : chunks_) ::munmap(p, n);
+  for (const Chunk& c : chunks_) {
+    if (c.pinned) pinner_->unpin(c.p);
+    ::munmap(c.p, c.bytes);
+  }
+}
+
+uint64_t SlotPool::set_pinner(std::shared_ptr<HostPinner> p) {
+  std::lock_guard lock(mu_);
+  uint64_t pinned = 0;
+  for (Chunk& c : chunks_) {
+    if (c.pinned) pinner_->unpin(c.p);
+    c.pinned = p && p->pin(c.p, c.bytes);
+    pinned += c.pinned ? c.bytes : 0;
+  }
+  pinner_ = std::move(p);
+  return pinned;
 }
 
 uint8_t* SlotPool::get(uint64_t size) {
@@ -34,7 +49,7 @@ uint8_t* SlotPool::get(uint64_t size) {
 #ifdef MADV_POPULATE_WRITE
     ::madvise(p, bytes, MADV_POPULATE_WRITE);
 #endif
-    chunks_.emplace_back(static_cast<uint8_t*>(p), bytes);
+    chunks_.push_back({static_cast<uint8_t*>(p), bytes, pinner_ && pinner_->pin(p, bytes)});
     mapped_ += bytes;
     for (uint64_t i = slots; i-- > 0;) fl.push_back(static_cast<uint8_t*>(p) + i * size);
   }

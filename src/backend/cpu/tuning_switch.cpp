@@ -13,9 +13,10 @@ std::vector<TuningSwitch*>& registry() {
 }
 }  // namespace
 
-TuningSwitch::TuningSwitch(const char* env_name) : name_(env_name) {
+TuningSwitch::TuningSwitch(const char* env_name, bool default_on) : name_(env_name) {
   const char* e = std::getenv(env_name);
-  on_.store(!(e && std::string(e) == "0"), std::memory_order_relaxed);
+  const std::string v = e ? e : "";
+  on_.store(v == "0" ? false : v == "1" ? true : default_on, std::memory_order_relaxed);
   registry().push_back(this);
 }
 

@@ -1,6 +1,6 @@
 // Tuning switches: on / off choices between two code paths that give the same results, kept
-// so that the faster can be measured again on another machine. Each is on unless its
-// environment variable is "0" at start-up. `moeflux bench --alternate NAME` flips one between
+// so that the faster can be measured again on another machine. Each takes its default unless
+// its environment variable is "0" (off) or "1" (on) at start-up. `moeflux bench --alternate NAME` flips one between
 // the runs of one process, so that both paths are measured in pairs on a noisy machine.
 #pragma once
 #include <atomic>
@@ -13,7 +13,7 @@ class TuningSwitch {
  public:
   // Registers the switch under env_name (a string literal) and reads the environment. For
   // objects of static storage duration only.
-  explicit TuningSwitch(const char* env_name);
+  explicit TuningSwitch(const char* env_name, bool default_on = true);
   TuningSwitch(const TuningSwitch&) = delete;
   TuningSwitch& operator=(const TuningSwitch&) = delete;
 

@@ -3,6 +3,7 @@
 // query) with its warps over interleaved cache positions.
 #include <cmath>
 
+#include "backend/cuda/block_math.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
 
@@ -163,22 +164,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
     }
   }
   __syncthreads();
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, sc[i]);
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = red[0];
-  for (int w = 1; w < kScoreWarps; ++w) m = fmaxf(m, red[w]);
-  float sum = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += (sc[i] = expf(sc[i] - m));
-  sum = warp_sum(sum);
-  __syncthreads();  // every thread has read red[] for the max
-  if (lane == 0) red[warp] = sum;
-  __syncthreads();
-  sum = 0.0f;
-  for (int w = 0; w < kScoreWarps; ++w) sum += red[w];
+  const float sum = block_exp_sum<kScoreWarps>(sc, n, red);
   float4 a0 = z, a1 = z;
   const float* vb = v + first * stride + kvh * hd;
   for (int i0 = warp; i0 < n; i0 += kScoreWarps * kUnroll) {

@@ -1,4 +1,5 @@
 // Per-token kernels: embedding rows, add + RMSNorm, adds, SiLU * up, RoPE.
+#include "backend/cuda/block_math.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -63,15 +64,7 @@ __global__ void silu_mul_kernel(const float* g, const float* u, float* h, int64_
 // One block per (row, head): the pairs (i, i + rot_dim / 2).
 __global__ void rope_kernel(RopeDev t, int64_t head_dim, int64_t pos0, float* x, int64_t cols) {
   float* v = x + blockIdx.x * cols + blockIdx.y * head_dim;
-  const float pos = float(pos0 + blockIdx.x);
-  const int half = t.rot_dim / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float ang = pos * t.inv_freq[i];
-    const float c = cosf(ang) * t.attn_factor, s = sinf(ang) * t.attn_factor;
-    const float x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * c - x2 * s;
-    v[i + half] = x2 * c + x1 * s;
-  }
+  rope_rotate_half(v, t, float(pos0 + blockIdx.x));
 }
 
 unsigned blocks_for(int64_t n, int threads) {

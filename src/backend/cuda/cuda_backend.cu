@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
 namespace moeflux {
@@ -93,6 +94,14 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
+namespace {
+std::string fixed(double v, int digits) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+}  // namespace
+
 std::string CudaBackend::describe() const {
   return cat("cuda ", prop_.name, " (sm_", prop_.major, prop_.minor, ", ", prop_.multiProcessorCount, " SMs, ",
              prop_.totalGlobalMem >> 30, " GiB)");
@@ -101,11 +110,48 @@ std::string CudaBackend::describe() const {
 std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
   char mirrored[32];
   std::snprintf(mirrored, sizeof mirrored, "%.2f", double(mirror_.bytes()) / 1e9);
-  return {{"device", prop_.name},
-          {"sm", cat(prop_.major, prop_.minor)},
-          {"multiprocessors", cat(prop_.multiProcessorCount)},
-          {"memory_gb", cat(prop_.totalGlobalMem / 1000000000)},
-          {"mirrored_gb", mirrored}};
+  std::vector<std::pair<std::string, std::string>> f = {{"device", prop_.name},
+                                                        {"sm", cat(prop_.major, prop_.minor)},
+                                                        {"multiprocessors", cat(prop_.multiProcessorCount)},
+                                                        {"memory_gb", cat(prop_.totalGlobalMem / 1000000000)},
+                                                        {"mirrored_gb", mirrored}};
+  {
+    // What the device holds: the dense weights, the expert slots, the activation pool, and the
+    // rest (KV caches, the CUDA context) as the difference from what the driver reports in use.
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      const double used = double(total - free) / 1e9, dense = double(mirror_.bytes()) / 1e9;
+      const double slots = gpu_experts_ ? double(gpu_experts_->slots()) * double(gpu_experts_->extent()) / 1e9 : 0.0;
+      const double pool = double(pool_->held_bytes()) / 1e9;
+      f.emplace_back("gpu_memory", cat(fixed(used, 2), " GB in use: ", fixed(dense, 2), " dense + ", fixed(slots, 2),
+                                       " expert slots + ", fixed(pool, 2), " activations + ",
+                                       fixed(used - dense - slots - pool, 2), " other (KV caches, CUDA context)"));
+    } else {
+      cudaGetLastError();
+    }
+  }
+  if (tiers_.routed) {
+    // The streamed experts' tiers: where the routed experts of the steps were found or computed.
+    const double n = double(tiers_.routed);
+    const auto pct = [&](uint64_t k) { return fixed(100.0 * double(k) / n, 1); };
+    std::string line = cat(tiers_.routed, " routed experts: ", pct(tiers_.hits), "% GPU cache hits, ",
+                           pct(tiers_.copied), "% copied and waited for, ", pct(tiers_.cpu), "% on the CPU");
+    if (gpu_experts_) {
+      const GpuExpertStats st = gpu_experts_->stats();
+      line += cat("; ", gpu_experts_->slots(), " slots of ", fixed(double(gpu_experts_->extent()) / 1e6, 1), " MB, ",
+                  fixed(double(st.bytes_copied) / 1e9, 2), " GB copied (", fixed(double(st.bytes_staged) / 1e9, 2),
+                  " GB staged), waited-for copies at ",
+                  fixed(st.copy_s > 0 ? double(st.bytes_timed) / st.copy_s / 1e9 : 0.0, 1), " GB/s, ",
+                  fixed(st.copy_wait_s, 3), " s waiting for host records, ", tiers_.prefetched, " prefetched for prefill");
+    }
+    f.emplace_back("gpu_expert_cache", line);
+  }
+  if (tiers_.cpu) {
+    f.emplace_back("cpu_experts", cat(tiers_.cpu, " experts, ", tiers_.cpu_rows, " rows, ", fixed(tiers_.cpu_s, 3), " s, ",
+                                      fixed(tiers_.cpu_s > 0 ? tiers_.cpu_work / tiers_.cpu_s / 1e9 : 0.0, 1),
+                                      " GB/s of weights x rows"));
+  }
+  return f;
 }
 
 bool CudaBackend::supports(Op op, const QWeight& w) const { return cuda_fmt(w) != kNoFmt; }
@@ -127,13 +173,15 @@ DW dw_view(const QWeight& w) {
 }
 
 bool CudaBackend::ab_switch(const std::string& name) const {
-  if (name != "wide_rows") return Backend::ab_switch(name);
-  return wide_;
+  if (name == "wide_rows") return wide_;
+  if (name == "prefill_prefetch") return prefill_prefetch_;
+  return Backend::ab_switch(name);
 }
 
 void CudaBackend::set_ab_switch(const std::string& name, bool on) {
-  if (name != "wide_rows") return Backend::set_ab_switch(name, on);
-  wide_ = on;
+  if (name == "wide_rows") wide_ = on;
+  else if (name == "prefill_prefetch") prefill_prefetch_ = on;
+  else Backend::set_ab_switch(name, on);
 }
 
 DW CudaBackend::dw(const QWeight& w) const {
@@ -154,10 +202,16 @@ const float* CudaBackend::dvec(const std::vector<float>& v) const {
 }
 
 std::unique_ptr<LayerState> CudaBackend::make_state(const GqaSpec& a) const {
-  return std::make_unique<KvCacheDev>(a.n_kv_heads, a.head_dim, stream_);
+  return std::make_unique<KvCacheDev>(a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim, stream_);
 }
-std::unique_ptr<LayerState> CudaBackend::make_state(const MlaSpec& a) const { return host_->make_state(a); }
-std::unique_ptr<LayerState> CudaBackend::make_state(const GdnSpec& a) const { return host_->make_state(a); }
+std::unique_ptr<LayerState> CudaBackend::make_state(const MlaSpec& a) const {
+  if (!mla_on_device(a)) return host_->make_state(a);  // run on the host (mla_attention)
+  return std::make_unique<KvCacheDev>(a.kv_lora_rank, a.qk_rope_dim, stream_, "c", "k_pe");
+}
+std::unique_ptr<LayerState> CudaBackend::make_state(const GdnSpec& a) const {
+  if (!gdn_on_device(a)) return host_->make_state(a);  // run on the host (gated_delta_net)
+  return std::make_unique<GdnStateDev>((a.conv_kernel - 1) * a.conv_dim(), a.n_v_heads * a.k_dim * a.v_dim, stream_);
+}
 
 std::unique_ptr<ActBuffer> CudaBackend::alloc(size_t floats) const {
   return std::make_unique<DeviceActBuffer>(pool_, floats);

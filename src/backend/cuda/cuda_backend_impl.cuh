@@ -17,6 +17,9 @@
 #include "backend/cuda/cuda_options.h"
 #include "backend/cuda/device_memory.cuh"
 #include "backend/cuda/dweight.cuh"
+#include "backend/cuda/gpu_experts.cuh"
+#include "backend/miss_split.h"
+#include "backend/cuda/kernels.cuh"
 
 namespace moeflux {
 
@@ -42,7 +45,9 @@ class CudaBackend final : public Backend {
   Ceilings measure_ceilings() override;
   // wide_rows: weights read 16 bytes a lane at a time where their layout allows (else 8
   // values at a time).
-  std::vector<std::string> ab_switches() const override { return {"wide_rows"}; }
+  // wide_rows: 16-byte weight loads where rows allow; prefill_prefetch: in prefill, the next
+  // layer's streamed experts are copied into the GPU expert cache during this layer's compute.
+  std::vector<std::string> ab_switches() const override { return {"wide_rows", "prefill_prefetch"}; }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
 
@@ -59,8 +64,9 @@ class CudaBackend final : public Backend {
   void rope(const RopeTable& t, int64_t head_dim, int64_t pos0, Act x) override;
   void matmul(std::span<const QWeight* const> ws, Act x, std::span<const Act> ys) override;
   void gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
-  // MLA and GatedDeltaNet run on the host (the cpu backend over host copies of x and out, the
-  // state in host memory) until they have kernels of their own.
+  // MLA (in the latent space) and GatedDeltaNet on the device; where a shape exceeds their
+  // kernels' (mla_fits, gdn_fits), on the host: the cpu backend over host copies of x and
+  // out, the state in host memory.
   void mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
   void gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRows> seqs, Act out) override;
   void swiglu(const SwiGlu& s, Act x, Act out) override;
@@ -91,9 +97,37 @@ class CudaBackend final : public Backend {
   const float* dvec(const std::vector<float>& v) const;
   const ExpertTable& expert_table(const MoeSpec& m);
   void swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float* out);
+  // Streamed experts through the GPU expert cache (--gpu-expert-cache, made at the first call)
+  // and the CPU (--moe-misses, --cpu-moe-layers): moe_tiers.cu.
+  void moe_cached(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
+                  const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
+  cuda::GpuExperts& gpu_experts(const MoeSpec& m, size_t extent);
+  // Starts copying the experts of `next` that are not in the GPU cache (at most half the
+  // slots) in the background: a prefill's next layer uses nearly all of them.
+  void prefetch_layer(const MoeSpec& next);
+  // The experts `on_cpu` of the step routed by `ids` (host), computed by the host backend from
+  // the source's records on x (host), their rows scattered into y (device) on the stream.
+  void moe_on_host(const MoeSpec& m, const std::vector<float>& x, const std::vector<int32_t>& ids,
+                   std::span<const int32_t> on_cpu, std::span<const size_t> bytes, float* y);
+  std::unique_ptr<cuda::GpuExperts> gpu_experts_;
+  TierRates rates_;
+  cuda::PinnedBuffer pinned_tables_, pinned_rows_;
+  struct TierStats {
+    uint64_t routed = 0;  // distinct experts of the steps that streamed
+    uint64_t hits = 0, copied = 0, cpu = 0;  // ... found in the GPU cache, copied and waited for, on the CPU
+    uint64_t cpu_rows = 0, prefetched = 0;
+    double cpu_s = 0, cpu_work = 0;  // cpu_work: record bytes x rows
+  } tiers_;
   void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
                     const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
   void host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run);
+  // a's shape for the GatedDeltaNet / MLA kernels (no pointers).
+  cuda::GdnDev gdn_dev(const GdnSpec& a) const;
+  cuda::MlaDev mla_dev(const MlaSpec& a) const;
+  // Whether MLA / GatedDeltaNet run on the device: shapes their kernels take; GatedDeltaNet
+  // only with the switch MOEFLUX_CUDA_DEVICE_GDN=1 (read when states are made: at start-up).
+  bool mla_on_device(const MlaSpec& a) const;
+  bool gdn_on_device(const GdnSpec& a) const;
   // Replay: the ops only keep their host-side books; the graph runs in logits().
   bool replaying() const { return mode_ == Mode::Replay; }
   // Device positions of the sequences of `seqs` (one int each, in order): the step's staging when
@@ -141,7 +175,8 @@ class CudaBackend final : public Backend {
   StepGraph* replay_ = nullptr;
 
   CudaOptions opt_;
-  bool wide_ = true;  // the wide_rows switch
+  bool wide_ = true;              // the wide_rows switch
+  bool prefill_prefetch_ = true;  // the prefill_prefetch switch
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<cuda::DevicePool> pool_;

@@ -5,11 +5,13 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/tuning_switch.h"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/expert_records.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
 namespace moeflux {
@@ -63,12 +65,107 @@ void CudaBackend::host_mixer(Act x, Act out, const std::function<void(Act, Act)>
   from_host(oh.data(), out);
 }
 
+namespace {
+// GatedDeltaNet's device kernels: off until a step of three or more sequences of qwen3_next
+// agrees with each sequence alone (tests/engine/test_engine_batch.cpp); "1" turns them on.
+TuningSwitch g_device_gdn("MOEFLUX_CUDA_DEVICE_GDN", /*default_on=*/false);
+}  // namespace
+
+bool CudaBackend::mla_on_device(const MlaSpec& a) const { return mla_fits(mla_dev(a)); }
+bool CudaBackend::gdn_on_device(const GdnSpec& a) const { return g_device_gdn.on() && gdn_fits(gdn_dev(a)); }
+
+MlaDev CudaBackend::mla_dev(const MlaSpec& a) const {
+  MlaDev m;
+  m.n_heads = int32_t(a.n_heads), m.nope = int32_t(a.qk_nope_dim), m.rope_dim = int32_t(a.qk_rope_dim);
+  m.v_dim = int32_t(a.v_dim), m.rank = int32_t(a.kv_lora_rank), m.interleave = a.rope_interleave;
+  m.scale = a.scale, m.eps = a.lora_norm_eps;
+  return m;
+}
+
+// Both paths run in the latent space here (Naive equals Absorbed up to float rounding).
 void CudaBackend::mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
-  host_mixer(x, out, [&](Act xh, Act oh) { host_->mla_attention(a, xh, seqs, oh); });
+  if (!mla_on_device(a)) {
+    host_mixer(x, out, [&](Act xh, Act oh) { host_->mla_attention(a, xh, seqs, oh); });
+    return;
+  }
+  if (replaying()) {
+    for (const SeqRows& s : seqs) static_cast<KvCacheDev&>(*s.state).grew(s.rows);
+    return;
+  }
+  const Stage st(*this, "attention");
+  MlaDev m = mla_dev(a);
+  m.kv_a_norm = dvec(a.kv_a_norm);
+  m.rope = RopeDev{dvec(a.rope.inv_freq), int32_t(a.rope.rot_dim), a.rope.attn_factor};
+  const int64_t R = x.rows, H = a.n_heads, qk = a.qk_head_dim(), rank = a.kv_lora_rank, P = a.qk_rope_dim;
+  Scratch sc(*pool_);
+  float* q = sc.get<float>(size_t(R * H * qk));
+  if (a.q_lora_rank > 0) {
+    float* qa = sc.get<float>(size_t(R * a.q_lora_rank));
+    cuda::matmul(dw(a.wq_a), x.data, R, qa, stream_);
+    cuda::add_rms_norm(qa, nullptr, dvec(a.q_a_norm), a.lora_norm_eps, qa, R, a.q_lora_rank, stream_);
+    cuda::matmul(dw(a.wq_b), qa, R, q, stream_);
+  } else {
+    cuda::matmul(dw(a.wq), x.data, R, q, stream_);
+  }
+  float* kv = sc.get<float>(size_t(R * (rank + P)));
+  cuda::matmul(dw(a.wkv_a), x.data, R, kv, stream_);
+  float* qpe = sc.get<float>(size_t(R * H * P));
+  float* qc = sc.get<float>(size_t(R * H * rank));
+  float* ctx = sc.get<float>(size_t(R * H * rank));
+  float* att = sc.get<float>(size_t(R * H * a.v_dim));
+  const DW kvb = dw(a.wkv_b);
+  mla_absorb_q(m, kvb, q, R, qc, stream_);
+  const int32_t* pos = positions(seqs, sc);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqRows& s = seqs[i];
+    auto& lc = static_cast<KvCacheDev&>(*s.state);
+    if (s.pos0 != lc.len()) fail("cuda backend: a sequence at position ", s.pos0, " has ", lc.len(), " cached positions");
+    if (s.pos0 + s.rows > mla_max_context())
+      fail("cuda backend: MLA attends over at most ", mla_max_context(), " positions on the GPU for now (",
+           s.pos0 + s.rows, " asked)");
+    lc.reserve(s.pos0 + s.rows);
+    mla_prep(m, q + s.row0 * H * qk, kv + s.row0 * (rank + P), s.rows, pos + i, qpe + s.row0 * H * P, lc.k(), lc.v(),
+             stream_);
+    mla_attend(m, qc + s.row0 * H * rank, qpe + s.row0 * H * P, lc.k(), lc.v(), s.rows, pos + i, s.pos0 + s.rows,
+               ctx + s.row0 * H * rank, stream_);
+    lc.grew(s.rows);
+  }
+  mla_unabsorb(m, kvb, ctx, R, att, stream_);
+  cuda::matmul(dw(a.wo), att, R, out.data, stream_);
+}
+
+GdnDev CudaBackend::gdn_dev(const GdnSpec& a) const {
+  GdnDev g;
+  g.n_k_heads = int32_t(a.n_k_heads), g.n_v_heads = int32_t(a.n_v_heads), g.k_dim = int32_t(a.k_dim);
+  g.v_dim = int32_t(a.v_dim), g.conv_kernel = int32_t(a.conv_kernel), g.norm_eps = a.norm_eps;
+  return g;
 }
 
 void CudaBackend::gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRows> seqs, Act out) {
-  host_mixer(x, out, [&](Act xh, Act oh) { host_->gated_delta_net(a, xh, seqs, oh); });
+  if (!gdn_on_device(a)) {
+    host_mixer(x, out, [&](Act xh, Act oh) { host_->gated_delta_net(a, xh, seqs, oh); });
+    return;
+  }
+  if (replaying()) return;
+  const Stage st(*this, "attention");
+  GdnDev g = gdn_dev(a);
+  g.conv_w = dvec(a.conv_w), g.A_log = dvec(a.A_log), g.dt_bias = dvec(a.dt_bias), g.norm = dvec(a.norm);
+  const int64_t R = x.rows, P = a.proj_dim(), vd = a.value_dim();
+  Scratch sc(*pool_);
+  float* proj = sc.get<float>(size_t(R * P));
+  for (const GdnProjection& p : a.in_proj) {
+    float* y = sc.get<float>(size_t(R * p.w.rows));
+    cuda::matmul(dw(p.w), x.data, R, y, stream_);
+    const auto* dst = static_cast<const int32_t*>(mirror_.get(p.dst.data(), p.dst.size() * sizeof(int32_t)));
+    gdn_scatter(y, R, p.w.rows, dst, P, proj, stream_);
+  }
+  float* o = sc.get<float>(size_t(R * vd));
+  float* conv_next = sc.get<float>(size_t(std::max<int64_t>(1, (a.conv_kernel - 1) * a.conv_dim())));
+  for (const SeqRows& s : seqs) {
+    auto& st_dev = static_cast<GdnStateDev&>(*s.state);
+    gdn_heads(g, proj + s.row0 * P, s.rows, st_dev.conv(), conv_next, st_dev.recurrent(), o + s.row0 * vd, stream_);
+  }
+  cuda::matmul(dw(a.out_proj), o, R, out.data, stream_);
 }
 
 void CudaBackend::swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float* out) {
@@ -231,7 +328,10 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
                     stream_);
     experts_down(t.table, t.fmt_down, wide_ && t.wide_down, hidden, dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
   } else {
-    moe_streamed(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
+    if (opt_.expert_cache.empty() && m.source_layer >= opt_.cpu_moe_layers)
+      moe_streamed(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
+    else
+      moe_cached(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
   }
   st.reset(), st.emplace(*this, "combine");
   combine(y, weights, order, T, int32_t(K), dim, out.data, stream_);

@@ -36,6 +36,17 @@ void DevicePool::put(void* p) {
   free_[size_.at(p)].push_back(p);
 }
 
+PinnedBuffer::~PinnedBuffer() { cudaFreeHost(p_); }
+
+void* PinnedBuffer::grow(size_t bytes) {
+  if (bytes <= bytes_) return p_;
+  MF_CUDA(cudaFreeHost(p_));
+  p_ = nullptr, bytes_ = 0;
+  MF_CUDA(cudaMallocHost(&p_, bytes));
+  bytes_ = bytes;
+  return p_;
+}
+
 Mirror::~Mirror() {
   for (auto& [p, e] : map_) cudaFree(e.dev);
 }

@@ -52,6 +52,24 @@ class Scratch {
   std::vector<void*> blocks_;
 };
 
+// A page-locked host buffer for asynchronous copies, grown on demand (its contents are not
+// kept when it grows); the caller keeps what it holds until the copies from it are done.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+  template <typename T>
+  T* get(size_t n) {
+    return static_cast<T*>(grow(n * sizeof(T)));
+  }
+
+ private:
+  void* grow(size_t bytes);
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // Host bytes copied to the device once, found again by their host address and length.
 class Mirror {
  public:

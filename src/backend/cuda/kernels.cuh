@@ -62,6 +62,51 @@ void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn
 void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float* k, const float* v, int64_t T,
                 const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s);
 
+// --- gdn.cu ---
+struct GdnDev {
+  int32_t n_k_heads = 0, n_v_heads = 0, k_dim = 0, v_dim = 0, conv_kernel = 0;
+  float norm_eps = 1e-6f;
+  const float* conv_w = nullptr;   // (conv_dim, conv_kernel)
+  const float* A_log = nullptr;    // (n_v_heads)
+  const float* dt_bias = nullptr;  // (n_v_heads)
+  const float* norm = nullptr;     // (v_dim)
+};
+// Whether gdn_heads runs this shape (conv kernel, head widths within its shared memory).
+bool gdn_fits(const GdnDev& g);
+// out (rows, width)[r, dst[i]] = y (rows, n)[r, i].
+void gdn_scatter(const float* y, int64_t rows, int64_t n, const int32_t* dst, int64_t width, float* out, cudaStream_t s);
+// One sequence's T tokens (proj: (T, proj_dim) per-token vectors [q | k | v | z | b | a]) through
+// the conv, the gated delta rule and the gated RMSNorm: out (T, n_v_heads * v_dim). The conv
+// window conv_state is updated through conv_next (the same size), the recurrent state in place.
+void gdn_heads(const GdnDev& g, const float* proj, int64_t T, float* conv_state, float* conv_next, float* rec_state,
+               float* out, cudaStream_t s);
+
+// --- mla.cu ---
+struct MlaDev {
+  int32_t n_heads = 0, nope = 0, rope_dim = 0, v_dim = 0, rank = 0;
+  bool interleave = true;
+  float scale = 0.0f, eps = 1e-6f;
+  const float* kv_a_norm = nullptr;  // (rank)
+  RopeDev rope;
+};
+// Whether the MLA kernels run this shape.
+bool mla_fits(const MlaDev& a);
+// The most positions mla_attend attends over.
+int64_t mla_max_context();
+// T new tokens at positions *pos ..: qpe (T, H, rope_dim) = q's roped q_pe (q: (T, H * (nope +
+// rope_dim))); kv (T, rank + rope_dim) -> cache_c row *pos + t = kv_a_layernorm(c), cache_kpe
+// row = roped k_pe.
+void mla_prep(const MlaDev& a, const float* q, const float* kv, int64_t T, const int32_t* pos, float* qpe,
+              float* cache_c, float* cache_kpe, cudaStream_t s);
+// qc (T, H, rank): each head's q_nope through kv_b's key rows, transposed.
+void mla_absorb_q(const MlaDev& a, const DW& wkv_b, const float* q, int64_t T, float* qc, cudaStream_t s);
+// ctx (T, H, rank): attention in the latent space over positions 0 .. *pos + t (ctx_max: at
+// most mla_max_context()).
+void mla_attend(const MlaDev& a, const float* qc, const float* qpe, const float* cache_c, const float* cache_kpe,
+                int64_t T, const int32_t* pos, int64_t ctx_max, float* ctx, cudaStream_t s);
+// att (T, H * v_dim): each head's context through kv_b's value rows.
+void mla_unabsorb(const MlaDev& a, const DW& wkv_b, const float* ctx, int64_t T, float* att, cudaStream_t s);
+
 // --- moe.cu ---
 struct RouteDev {
   int32_t kind = 0;  // RouteKind
@@ -93,6 +138,8 @@ void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_
 void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
                   const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* y, cudaStream_t s);
 // out (T, dim) = sum over slots in `order` of weight * y.
+// y[rows[i]] = src[i] for i < n (rows of dim floats).
+void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s);
 void combine(const float* y, const float* weights, const int32_t* order, int64_t T, int32_t k, int64_t dim, float* out,
              cudaStream_t s);
 

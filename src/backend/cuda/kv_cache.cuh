@@ -1,5 +1,7 @@
-// The KV cache of a GQA layer in device memory: keys and values (len, n_kv_heads, head_dim),
-// f32, grown by doubling. Saved and restored through host copies (LayerState::buffers).
+// A growing per-position cache in device memory: two f32 arrays (len, row_a) and (len, row_b),
+// grown by doubling. GQA: keys and values (n_kv_heads * head_dim each); MLA: the latent c
+// (kv_lora_rank) and the roped k_pe (qk_rope_dim). Saved and restored through host copies
+// (LayerState::buffers).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -12,10 +14,11 @@ namespace moeflux::cuda {
 
 class KvCacheDev final : public LayerState {
  public:
-  KvCacheDev(int64_t n_kv_heads, int64_t head_dim, cudaStream_t s) : row_(n_kv_heads * head_dim), stream_(s) {}
+  KvCacheDev(int64_t row_a, int64_t row_b, cudaStream_t s, const char* name_a = "k", const char* name_b = "v")
+      : row_(row_a), row_b_(row_b), names_{name_a, name_b}, stream_(s) {}
   ~KvCacheDev() override;
   void clear() override { len_ = 0; }
-  size_t bytes() const override { return size_t(2 * len_ * row_) * sizeof(float); }
+  size_t bytes() const override { return size_t(len_ * (row_ + row_b_)) * sizeof(float); }
   // Copies the cache to host vectors (after the stream's work so far) and returns them.
   std::vector<StateBuffer> buffers() override;
   // Copies the host vectors back (their length sets the cache's).
@@ -35,7 +38,8 @@ class KvCacheDev final : public LayerState {
   float* v() const { return v_; }
 
  private:
-  int64_t row_, len_ = 0, cap_ = 0;
+  int64_t row_, row_b_, len_ = 0, cap_ = 0;
+  const char* names_[2];
   float *k_ = nullptr, *v_ = nullptr;
   cudaStream_t stream_;
   std::vector<float> hk_, hv_;

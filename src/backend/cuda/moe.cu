@@ -1,6 +1,7 @@
 // The routed experts on the device: routing (a warp per token), grouping of (token, slot)
 // pairs by expert into tiles, gate/up + SiLU and down over each tile (a warp per weight row,
 // each row read once per tile), and the weighted combine in ascending expert id.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -281,7 +282,22 @@ __global__ void combine_kernel(const float* y, const float* weights, const int32
   }
 }
 
+__global__ void scatter_rows_kernel(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y) {
+  for (int64_t i = blockIdx.y; i < n; i += gridDim.y) {
+    float* dst = y + int64_t(rows[i]) * dim;
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < dim; c += int64_t(gridDim.x) * blockDim.x)
+      dst[c] = src[i * dim + c];
+  }
+}
+
 }  // namespace
+
+void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s) {
+  if (n == 0) return;
+  const dim3 grid(unsigned((dim + 255) / 256), unsigned(std::min<int64_t>(n, 65535)));
+  scatter_rows_kernel<<<grid, 256, 0, s>>>(src, rows, n, dim, y);
+  MF_CUDA_LAUNCHED("scatter_rows");
+}
 
 void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
            cudaStream_t s) {

@@ -1,13 +1,20 @@
 // CudaBackend's steps: the staging of a step's ids and positions, cache room, and the CUDA
 // graphs of decode steps (recorded at the second step of a shape, replayed from the third).
+#include "backend/cpu/tuning_switch.h"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
 namespace moeflux {
 
 using namespace cuda;
+
+namespace {
+// Decode steps recorded and replayed as CUDA graphs (0: every step runs eagerly).
+TuningSwitch g_step_graphs("MOEFLUX_CUDA_GRAPHS");
+}  // namespace
 
 void CudaBackend::begin_step(const StepInfo& step) {
   in_step_ = true, mode_ = Mode::Eager, replay_ = nullptr;
@@ -24,17 +31,21 @@ void CudaBackend::begin_step(const StepInfo& step) {
   std::copy(step.ids.begin(), step.ids.end(), staging_);
   step_rows_ = int64_t(R);
   step_seq_at_row_.clear();
-  step_graphable_ = !step.host_reads && !profiling_;  // profiling times each op
+  step_graphable_ = !step.host_reads && !profiling_ && g_step_graphs.on();  // profiling times each op
   step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_)});
   for (size_t i = 0; i < S; ++i) {
     const StepSeq& q = step.seqs[i];
     staging_[R + i] = int32_t(q.pos0);
     step_seq_at_row_[q.row0] = int(i);
     step_graphable_ = step_graphable_ && q.rows == 1;
+    // Every device state a recorded step reads or writes is part of its shape: a new
+    // sequence's state may sit where an ended one's did for one kind and elsewhere for another.
     for (const auto& st : q.states)
       if (auto* kv = dynamic_cast<KvCacheDev*>(st.get())) {
         kv->reserve(q.pos0 + q.rows);  // no allocation or sync inside a recorded step
         step_key_.push_back(uintptr_t(kv->k()));
+      } else if (auto* g = dynamic_cast<GdnStateDev*>(st.get())) {
+        step_key_.push_back(uintptr_t(g->conv())), step_key_.push_back(uintptr_t(g->recurrent()));
       }
   }
   step_recordable_ = step_graphable_;
@@ -52,6 +63,7 @@ void CudaBackend::begin_step(const StepInfo& step) {
 }
 
 void CudaBackend::end_step(bool ok) {
+  if (gpu_experts_) gpu_experts_->settle();
   if (mode_ == Mode::Capture) {  // the step ended (or threw) before logits() ended the capture
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(stream_, &g);
