@@ -152,7 +152,7 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
 
 void GpuExperts::settle() {
   if (background_slots_.empty() && background_held_.empty()) return;
-  MF_CUDA(cudaEventSynchronize(background_done_));
+  if (cudaEventSynchronize(background_done_) != cudaSuccess) cudaStreamSynchronize(copy_);  // no throwing: end of a step
   background_slots_.clear(), background_held_.clear();
 }
 
