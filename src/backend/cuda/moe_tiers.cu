@@ -60,15 +60,15 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
   }
   MF_CUDA(cudaStreamSynchronize(stream_));
   if (gpu_experts_) gpu_experts_->begin_step();
-  std::vector<int32_t> used = ids;
-  std::sort(used.begin(), used.end());
-  used.erase(std::unique(used.begin(), used.end()), used.end());
+  std::vector<int32_t> per_expert(size_t(E), 0);  // routed rows
+  for (int32_t e : ids) ++per_expert[size_t(e)];
+  std::vector<int32_t> used, rows;  // the experts routed to, ascending, and their rows
   std::vector<size_t> bytes;
-  std::vector<int32_t> rows;  // routed rows per used expert
   size_t extent = 0;
-  for (int32_t e : used) {
+  for (int32_t e = 0; e < int32_t(E); ++e) {
+    if (per_expert[size_t(e)] == 0) continue;
+    used.push_back(e), rows.push_back(per_expert[size_t(e)]);
     bytes.push_back(record_extent(m.experts[size_t(e)], m.record_base[size_t(e)]));
-    rows.push_back(int32_t(std::count(ids.begin(), ids.end(), e)));
     extent = std::max(extent, bytes.back());
   }
 
@@ -179,14 +179,17 @@ void CudaBackend::moe_on_host(const MoeSpec& m, const std::vector<float>& x, con
   const int64_t K = m.n_experts_active, dim = m.dim;
   const auto t0 = std::chrono::steady_clock::now();
   // Rows of x gathered per expert, and y's rows (pair indices) in the same order.
-  std::vector<int32_t> pair_rows;
-  std::vector<size_t> first(on_cpu.size() + 1, 0);
-  for (size_t j = 0; j < on_cpu.size(); ++j) {
-    for (size_t p = 0; p < ids.size(); ++p)
-      if (ids[p] == on_cpu[j]) pair_rows.push_back(int32_t(p));
-    first[j + 1] = pair_rows.size();
-  }
-  const size_t n = pair_rows.size();
+  std::vector<int32_t> slot(size_t(m.n_experts), -1);  // expert -> its index in on_cpu
+  for (size_t j = 0; j < on_cpu.size(); ++j) slot[size_t(on_cpu[j])] = int32_t(j);
+  std::vector<size_t> first(on_cpu.size() + 1, 0);  // counts, then where each expert's rows start
+  for (int32_t e : ids)
+    if (slot[size_t(e)] >= 0) ++first[size_t(slot[size_t(e)]) + 1];
+  for (size_t j = 0; j < on_cpu.size(); ++j) first[j + 1] += first[j];
+  const size_t n = first.back();
+  std::vector<int32_t> pair_rows(n);
+  std::vector<size_t> fill(first.begin(), first.end() - 1);
+  for (size_t p = 0; p < ids.size(); ++p)
+    if (const int32_t j = slot[size_t(ids[p])]; j >= 0) pair_rows[fill[size_t(j)]++] = int32_t(p);
   // Pinned: the computed rows, then their pair indices.
   float* out = pinned_rows_.get<float>(n * size_t(dim) + n);
   int32_t* out_rows = reinterpret_cast<int32_t*>(out + n * size_t(dim));
