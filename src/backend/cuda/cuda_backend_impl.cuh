@@ -109,7 +109,10 @@ class CudaBackend final : public Backend {
   // the source's records on x (host), their rows scattered into y (device) on the stream.
   void moe_on_host(const MoeSpec& m, const std::vector<float>& x, const std::vector<int32_t>& ids,
                    std::span<const int32_t> on_cpu, std::span<const size_t> bytes, float* y);
+  // After the stream has passed the last streamed layer's work: its held host records go.
+  void release_layer();
   std::unique_ptr<cuda::GpuExperts> gpu_experts_;
+  std::vector<cuda::GpuExperts::Placed> held_;  // the last streamed layer's placements
   TierRates rates_;
   cuda::PinnedBuffer pinned_tables_, pinned_rows_;
   struct TierStats {

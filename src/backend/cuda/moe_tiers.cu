@@ -59,6 +59,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
     MF_CUDA(cudaMemcpyAsync(xh.data(), x, xh.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
   MF_CUDA(cudaStreamSynchronize(stream_));
+  release_layer();  // the previous layer's work is done
   if (gpu_experts_) gpu_experts_->begin_step();
   std::vector<int32_t> per_expert(size_t(E), 0);  // routed rows
   for (int32_t e : ids) ++per_expert[size_t(e)];
@@ -97,7 +98,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
 
   // The GPU's share: hits at once, copied misses after their copies. A step that uses more
   // experts than the cache has slots goes in groups of at most that many.
-  std::vector<GpuExperts::Placed> placed;  // their host records stay held until the end
+  std::vector<GpuExperts::Placed>& placed = held_;  // their host records stay held until release_layer()
   if (!on_gpu.empty()) {
     GpuExperts& g = *gpu_experts_;
     const int fmt_gu = cuda_fmt(m.experts[0].gate), fmt_d = cuda_fmt(m.experts[0].down);
@@ -147,7 +148,16 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
       m.next->source_layer >= opt_.cpu_moe_layers)
     prefetch_layer(*m.next);
   if (!on_cpu.empty()) moe_on_host(m, xh, ids, on_cpu, cpu_bytes, y);
-  MF_CUDA(cudaStreamSynchronize(stream_));  // the tables, the rows and the held records are free again
+  // Within a step the next streamed layer's entry, which waits for the stream anyway, frees the
+  // tables, the rows and the held records (release_layer); outside one they are freed now.
+  if (!in_step_) {
+    MF_CUDA(cudaStreamSynchronize(stream_));
+    release_layer();
+  }
+}
+
+void CudaBackend::release_layer() {
+  held_.clear();
   if (gpu_experts_) {
     const auto [s, b] = gpu_experts_->take_copy_time();
     rates_.add_h2d(double(b), s);

@@ -63,6 +63,14 @@ void CudaBackend::begin_step(const StepInfo& step) {
 }
 
 void CudaBackend::end_step(bool ok) {
+  if (!held_.empty()) {  // the host cache may not outlive the step; no throwing here
+    cudaStreamSynchronize(stream_);
+    try {
+      release_layer();
+    } catch (const Error&) {
+      held_.clear();
+    }
+  }
   if (gpu_experts_) gpu_experts_->settle();
   if (mode_ == Mode::Capture) {  // the step ended (or threw) before logits() ended the capture
     cudaGraph_t g = nullptr;
