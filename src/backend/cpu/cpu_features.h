@@ -52,10 +52,12 @@ extern TuningSwitch codes_distance_switch, params_distance_switch;
 extern const int64_t codes_ahead_set, codes_ahead_alt, params_ahead_set, params_ahead_alt;
 }  // namespace detail
 
-// Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: 2 KiB on AMD
-// CPUs (a9dc2a6:docs/benchmarks.md: Zen 5 decoded 40.6-41.2 t/s at 2 KiB
-// against 35.2-37.5 at 4 KiB), 1.5 KiB elsewhere (paired A/Bs of Intel
-// decode: 0.75-2 KiB alike, 4 KiB 2-3% slower, 8 KiB 5% slower). $MOEFLUX_CODES_AHEAD (bytes,
+// Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: none on Zen 4
+// (the hardware's prefetch alone: a 2-core Zen 4 VM decoded 12% faster on one thread, paired
+// median 1.12, 159 of 160 pairs, and 1% on two), 2 KiB on other AMD CPUs
+// (a9dc2a6:docs/benchmarks.md: Zen 5 decoded 40.6-41.2 t/s at 2 KiB against 35.2-37.5 at 4
+// KiB), 1.5 KiB elsewhere (paired A/Bs of Intel decode: 0.75-2 KiB alike, 4 KiB 2-3% slower,
+// 8 KiB 5% slower). $MOEFLUX_CODES_AHEAD (bytes,
 // read at start-up) overrides; the tuning switch MOEFLUX_CODES_DISTANCE=0 takes
 // $MOEFLUX_CODES_AHEAD_ALT (default 4096) instead. (The AVX2 kernels prefetch 2 KiB ahead.)
 inline int64_t matvec_codes_ahead() {
