@@ -64,7 +64,9 @@ inline int64_t matvec_codes_ahead() {
   return detail::codes_distance_switch.on() ? detail::codes_ahead_set : detail::codes_ahead_alt;
 }
 // Rows ahead whose scales and biases the matvecs prefetch (backend/cpu/kernels.h): 16 on AMD
-// CPUs, 2 elsewhere (on Intel 0-2 rows alike, 4 ~0.5% slower, 16 ~2%).
+// CPUs but Zen 4, 2 elsewhere (on Intel 0-2 rows alike, 4 ~0.5% slower, 16 ~2%; on a 2-core
+// Zen 4 VM, with the codes unprefetched, 16 rows decoded ~15% slower than 0 or 2 on one
+// thread and on two, paired: 56.7 / 66.3 and 98.4 / 114.8 t/s).
 // $MOEFLUX_PARAMS_AHEAD overrides; MOEFLUX_PARAMS_DISTANCE=0 takes $MOEFLUX_PARAMS_AHEAD_ALT
 // (default 16).
 inline int64_t matvec_params_ahead() {
