@@ -13,6 +13,7 @@
 #include <numeric>
 #include <string>
 
+#include "backend/cpu/batch_buffers.h"
 #include "backend/cpu/cpu_features.h"
 #include "core/aligned.h"
 #include "core/error.h"
@@ -191,6 +192,14 @@ std::vector<cpu::PreparedX>& prepared_pool(size_t n) {
   thread_local std::vector<cpu::PreparedX> pool;
   if (pool.size() < n) pool.resize(n);
   return pool;
+}
+
+// Frees the pool after a batch whose tokens' digits (3 bytes a column) outgrow what a layer's
+// batch buffers keep (backend/cpu/batch_buffers.h): a long prompt prepares one x per token and
+// routed expert.
+void release_pool_if_large(int64_t cols) {
+  std::vector<cpu::PreparedX>& pool = prepared_pool(0);
+  if (pool.size() * size_t(cols) * 3 > kKeptBatchFloats * sizeof(float)) std::vector<cpu::PreparedX>().swap(pool);
 }
 }  // namespace
 
@@ -571,7 +580,7 @@ void matmul_multi(int n, const QWeight* const* ws, const float* x, int64_t T, fl
       for (int64_t r = lo; r < hi; r += kSmallBatchRows)
         rows_for_tokens(k, *ws[i], pp.data(), int(T), yp.data(), r, std::min(hi, r + kSmallBatchRows));
     });
-    return;
+    return release_pool_if_large(ws[0]->cols);
   }
   cpu::PreparedX& px = prepared_x();
   prepare_batch(k, *ws[0], x, T, &px);
@@ -667,6 +676,7 @@ void swiglu_experts_small(int n, const QWeight* const* gate, const QWeight* cons
     const Tokens td = tokens(t.i, outs[t.i], down[t.i]->rows);
     rows_for_tokens(k, *down[t.i], td.px.data(), td.n, td.y.data(), t.r0, t.r1);
   });
+  release_pool_if_large(gate[0]->cols);
 }
 }  // namespace
 
