@@ -568,6 +568,7 @@ void matmul_multi(int n, const QWeight* const* ws, const float* x, int64_t T, fl
     // Each token prepared for the matvec kernels, and each block of rows run for every token
     // while it is in cache: the weights are read from memory once, the dots are the
     // matvec's (integer where the CPU has them), and each token's result is its matvec's.
+    // Past kSmallBatch (a prefill) only weights the VNNI tiles take come here.
     std::vector<cpu::PreparedX>& pxs = prepared_pool(size_t(T));
     std::vector<const cpu::PreparedX*> pp(static_cast<size_t>(T));
     for_rows(T, ws[0]->cols * 8, 1, [&](int64_t t0, int64_t t1) {
@@ -620,7 +621,8 @@ void run_expert_row_tasks(int n, int64_t rows, int64_t block, F&& fn) {
   each_item(int64_t(tasks.size()), false, [&](int64_t j) { fn(tasks[size_t(j)]); });
 }
 
-// swiglu_experts_batch for experts of few tokens each, as matmul_multi's small batches: each
+// swiglu_experts_batch for experts of few tokens each (or any number the VNNI tiles take), as
+// matmul_multi's small batches: each
 // token prepared for the matvec kernels (by whichever thread takes it), then tasks of rows of
 // one expert (see run_tasks) run for all of its tokens. at: token offsets of the experts; g / u:
 // total * hidden floats of scratch.
