@@ -2,9 +2,10 @@
 // each token its own matvec's bits at every ISA level, for group-lane weights (which the
 // Avx512Vnni level runs several tokens per pass over, Kernels::matvec_rows_tokens) and natural
 // ones, with a partial last block of groups (768 columns), on 1 and 2 threads; a token with a
-// non-finite value takes the float path alone. Batched experts of two and three tokens in
-// group-lane order give each token its one-token expert's bits, and the attention of several
-// sequences in one region each sequence's own.
+// non-finite value takes the float path alone. Batched experts of 2 to 5 tokens (21 at
+// Avx512Vnni) in group-lane order give each token its one-token expert's bits, and the
+// attention of several sequences in one region each sequence's own. Past kSmallBatch the VNNI
+// tiles of prefill give group-lane weights the same bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,10 +19,13 @@
 namespace moeflux {
 namespace {
 
-// Row t of matmul(w, x, T) against matvec(w, x_t), at every level and 1 / 2 threads.
-void expect_tokens_as_matvec(const QWeight& w, const std::vector<float>& x, int64_t T, const char* what) {
+// Row t of matmul(w, x, T) against matvec(w, x_t), at every level (or only_vnni: the
+// Avx512Vnni level, if the CPU has it) and 1 / 2 threads.
+void expect_tokens_as_matvec(const QWeight& w, const std::vector<float>& x, int64_t T, const char* what,
+                             bool only_vnni = false) {
   for (CpuIsa isa : test::cpu_isas_available())
     for (int threads : {1, 2}) {
+      if (only_vnni && isa != CpuIsa::Avx512Vnni) continue;
       ScopedCpuIsa scoped(isa);
       set_cpu_threads(threads);
       std::vector<float> y(size_t(T * w.rows), NAN);
@@ -49,6 +53,22 @@ TEST(SmallBatch, EachTokenGetsItsMatvecBits) {
   }
 }
 
+// Past kSmallBatch (a prefill), 4-bit group-lane weights at Avx512Vnni run the tiles of rows
+// x tokens (kernels_avx512_vnni_tile.cpp), whose last tiles hold 1 to 3 tokens: still each
+// token's matvec bits. A non-finite token sends the batch's rows token by token.
+TEST(SmallBatch, PrefillTilesGiveEachTokenItsMatvecBits) {
+  const test::OwnedWeight q_lanes = test::in_group_lanes(test::random_affine(300, 2048, 4, 64, DType::BF16, 11));
+  const test::OwnedWeight down_lanes = test::in_group_lanes(test::random_affine(261, 768, 4, 64, DType::BF16, 12));
+  for (int64_t T : {int64_t(6), int64_t(7), int64_t(21), int64_t(40)}) {
+    const auto x = test::randn(size_t(T * 2048), uint32_t(60 + T)), xd = test::randn(size_t(T * 768), uint32_t(80 + T));
+    expect_tokens_as_matvec(q_lanes.w, x, T, "lanes 2048", /*only_vnni=*/true);
+    expect_tokens_as_matvec(down_lanes.w, xd, T, "lanes 768", /*only_vnni=*/true);
+  }
+  auto x = test::randn(size_t(21 * 2048), 15);
+  x[size_t(9 * 2048 + 7)] = INFINITY;
+  expect_tokens_as_matvec(q_lanes.w, x, 21, "inf in token 9 of 21", /*only_vnni=*/true);
+}
+
 TEST(SmallBatch, ANonFiniteTokenTakesTheFloatPathAlone) {
   const test::OwnedWeight w = test::in_group_lanes(test::random_affine(64, 2048, 4, 64, DType::BF16, 13));
   auto x = test::randn(size_t(4 * 2048), 14);
@@ -62,9 +82,11 @@ TEST(SmallBatch, ExpertsOfSeveralTokensGiveEachTokenItsBits) {
   const test::OwnedWeight u = test::in_group_lanes(test::random_affine(hidden, dim, 4, 64, DType::BF16, 16));
   const test::OwnedWeight d = test::in_group_lanes(test::random_affine(dim, hidden, 4, 64, DType::BF16, 17));
   const QWeight *gp = &g.w, *up = &u.w, *dp = &d.w;
-  for (int64_t T : {int64_t(2), int64_t(3)}) {
+  // 21 tokens: past kSmallBatch, only the Avx512Vnni level's tiles keep the matvec's bits.
+  for (int64_t T : {int64_t(2), int64_t(3), int64_t(5), int64_t(21)}) {
     const auto x = test::randn(size_t(T * dim), uint32_t(18 + T));
     for (CpuIsa isa : test::cpu_isas_available()) {
+      if (T > kSmallBatch && isa != CpuIsa::Avx512Vnni) continue;
       ScopedCpuIsa scoped(isa);
       std::vector<float> y(size_t(T * dim), NAN);
       const float* xp = x.data();

@@ -49,7 +49,9 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 constexpr int64_t kSmallBatch = 16, kSmallBatchRows = 256;
 
 // y (T, w.rows) = x (T, w.cols) W^T: batched prefill / grouped experts. Each weight row is
-// decoded once for all T tokens (small batches: see kSmallBatch).
+// decoded once for all T tokens (small batches: see kSmallBatch; 4-bit group-lane weights at
+// Avx512Vnni: tiles of rows x tokens over the matvec's int8 digits, each token its matvec's
+// bits, kernels_avx512_vnni_tile.cpp).
 void matmul(const QWeight& w, const float* x, int64_t T, float* y);
 
 // matmul of n weights over the same x (T, cols), ys[i] (T, ws[i]->rows): x prepared once when

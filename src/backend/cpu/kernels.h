@@ -142,6 +142,13 @@ struct Kernels {
   // not take it.
   bool (*matvec_rows_tokens)(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
                              int64_t r1);
+  // Optional (nullptr: never): whether matmul_rows_tokens runs w. Prefill then prepares each
+  // token for the matvec (prepare_special) instead of a batch for matmul_rows.
+  bool (*takes_tokens)(const QWeight& w);
+  // Optional: as matvec_rows_tokens for any number of tokens, tiles of rows x tokens sharing
+  // each load of codes and of x; the same bits as matvec_rows per token.
+  bool (*matmul_rows_tokens)(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
+                             int64_t r1);
 };
 
 // One token's x prepared for w on k's path: its integer path (prepare_special) when it takes w,
@@ -163,6 +170,11 @@ const Kernels& kernels_avx512_vnni();
 // Kernels::matvec_rows_tokens of the Avx512Vnni table (kernels_avx512_vnni_tokens.cpp): 4-bit
 // group-lane weights.
 bool vnni_matvec_rows_tokens(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
+                             int64_t r1);
+// Kernels::takes_tokens and matmul_rows_tokens of the Avx512Vnni table
+// (kernels_avx512_vnni_tile.cpp): 4-bit group-lane weights.
+bool vnni_takes_tokens(const QWeight& w);
+bool vnni_matmul_rows_tokens(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
                              int64_t r1);
 
 // Kernels::attend of the Avx2 table (attend_avx2.cpp) and of the AVX-512 tables (attend_avx512.cpp).

@@ -329,6 +329,8 @@ const Kernels& kernels_avx512_vnni() {
     t.prepare_special = prepare_digits;
     t.matvec_rows = matvec_rows;
     t.matvec_rows_tokens = vnni_matvec_rows_tokens;
+    t.takes_tokens = vnni_takes_tokens;
+    t.matmul_rows_tokens = vnni_matmul_rows_tokens;
     return t;
   }();
   return k;
