@@ -103,12 +103,7 @@ void lanes_tile(const QWeight& w, const PreparedX* const* px, float* const* y, i
 #pragma GCC unroll 4
       for (int j = 0; j < NT; ++j) {
         const __m512 dxv = _mm512_loadu_ps(px[j]->dx.data() + b * L), gsv = _mm512_loadu_ps(px[j]->gsum.data() + b * L);
-        // S1 * 256 + S2 is exact in int32 (|S_k| < 2^18) and rounded once by the convert, as
-        // the matvec's fma(cvt(S1), 256, cvt(S2)) rounds it once: the same bits, two FP ops fewer.
-        const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(s[i][j][1], 8), s[i][j][2]);
-        const __m512 tt = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][j][0]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
-        acc[i][j] = _mm512_fmadd_ps(tt, _mm512_mul_ps(sv, dxv), acc[i][j]);
-        acc[i][j] = _mm512_fmadd_ps(bv, gsv, acc[i][j]);
+        acc[i][j] = add_digit_sums(acc[i][j], s[i][j][0], s[i][j][1], s[i][j][2], sv, dxv, bv, gsv);
       }
     }
   }
