@@ -540,15 +540,24 @@ TuningSwitch tokens_tile_switch("MOEFLUX_TOKENS_TILE");
 bool takes_tile(const cpu::Kernels& k, const QWeight& w) {
   return k.takes_tokens && k.takes_tokens(w) && tokens_tile_switch.on();
 }
+std::atomic<int> g_tile_digits{3};
 void rows_for_tokens(const cpu::Kernels& k, const QWeight& w, const cpu::PreparedX* const* px, int n, float* const* y,
                      int64_t r0, int64_t r1) {
-  if (n >= kTileMinTokens && takes_tile(k, w) && k.matmul_rows_tokens(w, px, n, y, r0, r1)) return;
+  if (n >= kTileMinTokens && takes_tile(k, w) &&
+      k.matmul_rows_tokens(w, px, n, g_tile_digits.load(std::memory_order_relaxed), y, r0, r1))
+    return;
   if (n > 1 && n <= kTokensPerPass && tokens_pass_switch.on() && k.matvec_rows_tokens &&
       k.matvec_rows_tokens(w, px, n, y, r0, r1))
     return;
   for (int j = 0; j < n; ++j) k.matvec_rows(w, *px[j], y[j], r0, r1);
 }
 }  // namespace
+
+void set_tile_digits(int digits) {
+  MF_ASSERT(digits == 2 || digits == 3);
+  g_tile_digits.store(digits, std::memory_order_relaxed);
+}
+int tile_digits() { return g_tile_digits.load(std::memory_order_relaxed); }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
   const QWeight* ws[1] = {&w};  // T == 1: matmul_multi runs the matvec

@@ -4,7 +4,9 @@
 // token's six digit vectors (kernels_avx512_vnni.cpp prepares them) once for both rows: 48
 // vpdpbusd per 26 loads, the 24 digit sums held in registers. Rows run in blocks whose codes
 // stay in L2 while every token passes over them. Per token the integer sums are exact and the
-// float steps are lanes_rows_block's in its order, so each token gets its matvec's bits.
+// float steps are lanes_rows_block's in its order, so each token gets its matvec's bits. With
+// two digits (a prefill step under CpuOptions::fast_prefill) the lowest digit is left out: each
+// x is taken within 128.75 dx_g (about 2^-16 of its group's largest |x|) for 2/3 of the dots.
 // Tested in tests/ops/test_small_batch.cpp and the op table; bench: bench_ops, moeflux bench.
 #include <immintrin.h>
 
@@ -34,10 +36,11 @@ inline __m512i dp(__m512i acc, __m512i u, __m512i d) {
 // Codes of a block of rows, which stays in L2 while every token passes over it.
 constexpr int64_t kTileRowBlockBytes = 128 << 10;
 
-// Rows r .. r + R - 1 (adjacent) for NT tokens: y[j][row] = row . x_j. The nibbles of each row
-// go through all tokens' low digits, then the high ones, so that only two rows' codes and one
-// digit vector are live beside the sums.
-template <DType S, int R, int NT>
+// Rows r .. r + R - 1 (adjacent) for NT tokens: y[j][row] = row . x_j, over x's top D digits
+// (3: all; 2: the 2^16 and 2^8 digits). The nibbles of each row go through all tokens' low
+// digits, then the high ones, so that only two rows' codes and one digit vector are live beside
+// the sums.
+template <DType S, int R, int NT, int D>
 void lanes_tile(const QWeight& w, const PreparedX* const* px, float* const* y, int64_t r) {
   const int64_t ng = w.cols / w.group_size, wg = w.group_size / 8, words = w.cols / 8;
   const int64_t sbytes = ng * int64_t(dtype_size(S));
@@ -55,13 +58,13 @@ void lanes_tile(const QWeight& w, const PreparedX* const* px, float* const* y, i
   for (int64_t b = 0; b * L < ng; ++b) {
     const int64_t nb = std::min<int64_t>(L, ng - b * L), base = b * L * wg;
     const __mmask16 mb = tail_mask(nb);
-    __m512i s[R][NT][3];  // digit k's sums of row i, token j (k = 0: the 2^16 digit)
+    __m512i s[R][NT][D];  // digit k's sums of row i, token j (k = 0: the 2^16 digit)
 #pragma GCC unroll 2
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
       for (int j = 0; j < NT; ++j)
 #pragma GCC unroll 3
-        for (int k = 0; k < 3; ++k) s[i][j][k] = _mm512_setzero_si512();
+        for (int k = 0; k < D; ++k) s[i][j][k] = _mm512_setzero_si512();
     auto steps = [&]<bool FULL>() {
       for (int64_t t = 0; t < wg; ++t) {
         const int64_t off = (b * wg + t) * 384;
@@ -77,7 +80,7 @@ void lanes_tile(const QWeight& w, const PreparedX* const* px, float* const* y, i
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j)
 #pragma GCC unroll 3
-          for (int k = 0; k < 3; ++k) {
+          for (int k = 0; k < D; ++k) {
             const __m512i d = _mm512_load_si512(xd[j] + off + 128 * k);
 #pragma GCC unroll 2
             for (int i = 0; i < R; ++i) s[i][j][k] = dp(s[i][j][k], u[i], d);
@@ -87,7 +90,7 @@ void lanes_tile(const QWeight& w, const PreparedX* const* px, float* const* y, i
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j)
 #pragma GCC unroll 3
-          for (int k = 0; k < 3; ++k) {
+          for (int k = 0; k < D; ++k) {
             const __m512i d = _mm512_load_si512(xd[j] + off + 128 * k + 64);
 #pragma GCC unroll 2
             for (int i = 0; i < R; ++i) s[i][j][k] = dp(s[i][j][k], u[i], d);
@@ -103,7 +106,8 @@ void lanes_tile(const QWeight& w, const PreparedX* const* px, float* const* y, i
 #pragma GCC unroll 4
       for (int j = 0; j < NT; ++j) {
         const __m512 dxv = _mm512_loadu_ps(px[j]->dx.data() + b * L), gsv = _mm512_loadu_ps(px[j]->gsum.data() + b * L);
-        acc[i][j] = add_digit_sums(acc[i][j], s[i][j][0], s[i][j][1], s[i][j][2], sv, dxv, bv, gsv);
+        const __m512i s2 = D == 3 ? s[i][j][D - 1] : _mm512_setzero_si512();
+        acc[i][j] = add_digit_sums(acc[i][j], s[i][j][0], s[i][j][1], s2, sv, dxv, bv, gsv);
       }
     }
   }
@@ -113,28 +117,34 @@ void lanes_tile(const QWeight& w, const PreparedX* const* px, float* const* y, i
     for (int j = 0; j < NT; ++j) y[j][r + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-template <DType S, int NT>
+template <DType S, int NT, int D>
 void tile_rows(const QWeight& w, const PreparedX* const* px, float* const* y, int64_t r0, int64_t r1) {
   int64_t r = r0;
-  for (; r + 2 <= r1; r += 2) lanes_tile<S, 2, NT>(w, px, y, r);
-  if (r < r1) lanes_tile<S, 1, NT>(w, px, y, r);
+  for (; r + 2 <= r1; r += 2) lanes_tile<S, 2, NT, D>(w, px, y, r);
+  if (r < r1) lanes_tile<S, 1, NT, D>(w, px, y, r);
 }
 
 // Blocks of rows whose codes fit kTileRowBlockBytes; per block, the tokens four at a time.
-template <DType S>
+template <DType S, int D>
 void tiles(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0, int64_t r1) {
   const int64_t block = std::max<int64_t>(2, kTileRowBlockBytes / int64_t(w.row_bytes()) / 2 * 2);
   for (int64_t r = r0; r < r1; r += block) {
     const int64_t re = std::min(r1, r + block);
     for (int j = 0; j < n; j += 4) {
       switch (std::min(4, n - j)) {
-        case 1: tile_rows<S, 1>(w, px + j, y + j, r, re); break;
-        case 2: tile_rows<S, 2>(w, px + j, y + j, r, re); break;
-        case 3: tile_rows<S, 3>(w, px + j, y + j, r, re); break;
-        default: tile_rows<S, 4>(w, px + j, y + j, r, re); break;
+        case 1: tile_rows<S, 1, D>(w, px + j, y + j, r, re); break;
+        case 2: tile_rows<S, 2, D>(w, px + j, y + j, r, re); break;
+        case 3: tile_rows<S, 3, D>(w, px + j, y + j, r, re); break;
+        default: tile_rows<S, 4, D>(w, px + j, y + j, r, re); break;
       }
     }
   }
+}
+
+template <DType S>
+void tiles(const QWeight& w, const PreparedX* const* px, int n, int digits, float* const* y, int64_t r0, int64_t r1) {
+  if (digits == 2) tiles<S, 2>(w, px, n, y, r0, r1);
+  else tiles<S, 3>(w, px, n, y, r0, r1);
 }
 
 }  // namespace
@@ -143,15 +153,15 @@ bool vnni_takes_tokens(const QWeight& w) {
   return w.group_lanes && w.format == WFormat::Affine && w.bits == 4;
 }
 
-bool vnni_matmul_rows_tokens(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
-                             int64_t r1) {
+bool vnni_matmul_rows_tokens(const QWeight& w, const PreparedX* const* px, int n, int digits, float* const* y,
+                             int64_t r0, int64_t r1) {
   if (!vnni_takes_tokens(w)) return false;
   for (int j = 0; j < n; ++j)
     if (!px[j]->digits || !px[j]->group_lanes || px[j]->cols != w.cols) return false;
   switch (w.sdtype) {
-    case DType::F16: tiles<DType::F16>(w, px, n, y, r0, r1); break;
-    case DType::BF16: tiles<DType::BF16>(w, px, n, y, r0, r1); break;
-    default: tiles<DType::F32>(w, px, n, y, r0, r1); break;
+    case DType::F16: tiles<DType::F16>(w, px, n, digits, y, r0, r1); break;
+    case DType::BF16: tiles<DType::BF16>(w, px, n, digits, y, r0, r1); break;
+    default: tiles<DType::F32>(w, px, n, digits, y, r0, r1); break;
   }
   return true;
 }
