@@ -375,11 +375,12 @@ void register_all(std::vector<std::unique_ptr<WeightSet>>& keep) {
     for (int t : thread_counts)
       benchmark::RegisterBenchmark(("Matmul/q4g64/expert_gate_up/T:" + std::to_string(T) + "/threads:" + std::to_string(t)).c_str(),
                                    bm_matmul, keep[0].get(), T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);
-  // Small batches (a decode step of several sequences) over group-lane weights, as a repacked
-  // resident pack holds them: the attention q and the output head.
-  for (const Shape& s : {Shape{4096, 2048, "attn_q"}, Shape{2048, 4096, "attn_o"}, Shape{151936, 2048, "lm_head"}}) {
+  // Small batches (a decode step of several sequences) and a prefill chunk over group-lane
+  // weights, as a repacked resident pack holds them: attention q and o, an expert, the output head.
+  for (const Shape& s : {Shape{4096, 2048, "attn_q"}, Shape{2048, 4096, "attn_o"}, Shape{768, 2048, "expert_gate_up"},
+                         Shape{2048, 768, "expert_down"}, Shape{151936, 2048, "lm_head"}}) {
     WeightSet* ws = add_set([s] { return test::random_affine(s.rows, s.cols, 4, 64, DType::BF16, 1); }, /*lanes=*/true);
-    for (int64_t T : {1, 2, 4, 8, 16})
+    for (int64_t T : {1, 2, 4, 8, 16, 64})
       for (int t : thread_counts)
         benchmark::RegisterBenchmark(("Matmul/q4g64lanes/" + std::string(s.what) + "/T:" + std::to_string(T) + "/threads:" + std::to_string(t)).c_str(),
                                      bm_matmul, ws, T, cpu_isa_default(), t)->UseRealTime()->Unit(benchmark::kMicrosecond);

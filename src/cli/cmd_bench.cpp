@@ -284,7 +284,8 @@ Runner register_bench(CLI::App& app) {
     for (const auto& r : rows) measured_s += r.seconds;
     // The backend as the table names it: "cpu (avx512vnni, repacked)", "cuda (NVIDIA H100 80GB HBM3)".
     const std::string what = isa.empty() ? be.fact("device") : isa;
-    const std::string note = what + (model->prepared_tensors || slots ? ", repacked" : "");
+    const std::string note = what + (model->prepared_tensors || slots ? ", repacked" : "") +
+                             (be.fact("fast_prefill") == "1" ? ", fast prefill" : "");
     const std::string backend_label = note.empty() ? be.name() : std::string(be.name()) + " (" + note + ")";
     if (a->json) {
       nlohmann::ordered_json j = {{"model", a->model}, {"arch", model->cfg.arch}, {"weight_bytes", ms.weight_bytes},

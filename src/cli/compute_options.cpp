@@ -16,6 +16,9 @@ void add_compute_options(CLI::App* sub, ComputeArgs& a) {
   sub->add_option("--cpu-isa", a.cpu_isa,
                   "Instruction set of the CPU kernels (default: the best this CPU has; lower ones for comparisons)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512", "avx512vnni"}));
+  sub->add_flag("--cpu-fast-prefill", a.cpu_fast_prefill,
+                "Prompts on AVX512-VNNI CPUs about 1.25x faster: their matmuls take each activation to about 2^-16 "
+                "of its group's largest (two int8 digits) instead of float precision; decode keeps it");
   sub->add_option("--n-gpu-layers", a.gpu_layers,
                   "llama.cpp's -ngl: GPU offload is chosen with --backend cuda (the whole model on the GPU)")
       ->check(CLI::Range(0, 1 << 20));
@@ -53,6 +56,7 @@ BackendOptions ComputeArgs::backend_options(Repack repack) const {
   o.cpu.threads = threads;
   o.cpu.isa = cpu_isa;
   o.cpu.repack = repack;
+  o.cpu.fast_prefill = cpu_fast_prefill;
   o.cuda.expert_cache = gpu_expert_cache;
   o.cuda.moe_misses = moe_misses == "cpu" ? MoeMisses::Cpu : moe_misses == "auto" ? MoeMisses::Auto : MoeMisses::Copy;
   o.cuda.cpu_moe_layers = cpu_moe_layers;

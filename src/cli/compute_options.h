@@ -14,6 +14,7 @@ struct ComputeArgs {
   int threads = 0;  // 0: physical cores
   std::string backend = "cpu";
   std::string cpu_isa;  // empty: the best the CPU has
+  bool cpu_fast_prefill = false;  // --cpu-fast-prefill (CpuOptions::fast_prefill)
   int gpu_layers = 0;   // -ngl: accepted only as 0 (no offload)
   std::string gpu_expert_cache;  // --gpu-expert-cache (CudaOptions::expert_cache)
   std::string moe_misses = "copy";  // --moe-misses (CudaOptions::moe_misses)

@@ -1,7 +1,7 @@
 // llama.cpp habits and common path mistakes: -c / -n -1 / -r / -sys / -t mean what they mean
 // there, -ngl says why it is refused, a GGUF or .safetensors file or a checkpoint where a
 // pack is needed is named as such, a pack without manifest.json says so, --help shows
-// defaults, bench accepts --stats as the README says.
+// defaults, bench accepts --stats as the README says, and names --cpu-fast-prefill where it acts.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "backend/cpu/cpu_features.h"
 #include "cli/cli_test_util.h"
 
 namespace moeflux {
@@ -138,6 +139,17 @@ TEST(CliHabits, BenchAcceptsStats) {
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("expert cache: host budget"), std::string::npos) << out;
   EXPECT_NE(out.find("host tier:"), std::string::npos) << out;
+}
+
+// --cpu-fast-prefill acts on AVX512-VNNI CPUs only, and the table's backend says when it does.
+TEST(CliHabits, BenchNamesFastPrefillWhereItActs) {
+  int rc = 0;
+  const std::string out = moeflux("bench -m " + kDemoPack + " -p 8 -n 2 -r 1 --cpu-fast-prefill", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find(", fast prefill)") != std::string::npos, cpu_isa_detected() >= CpuIsa::Avx512Vnni) << out;
+  const std::string plain = moeflux("bench -m " + kDemoPack + " -p 8 -n 2 -r 1", &rc);
+  EXPECT_EQ(rc, 0) << plain;
+  EXPECT_EQ(plain.find("fast prefill"), std::string::npos) << plain;
 }
 
 }  // namespace

@@ -25,9 +25,10 @@ inline std::string fixture_name(std::string fixture) {
 }
 
 // A CPU backend that lays out 4-bit weights as `repack` says (Off: file order).
-inline std::shared_ptr<Backend> cpu_backend(Repack repack) {
+inline std::shared_ptr<Backend> cpu_backend(Repack repack, bool fast_prefill = false) {
   CpuOptions o;
   o.repack = repack;
+  o.fast_prefill = fast_prefill;
   return std::make_shared<CpuBackend>(o);
 }
 

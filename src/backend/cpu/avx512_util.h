@@ -178,3 +178,14 @@ inline float affine_row_params(const QWeight& w, int64_t r, const float* gsum, f
 }
 inline size_t params_size(const QWeight& w) { return size_t(w.cols / w.group_size + 2 * L); }
 
+
+// acc plus one scale group's term of the VNNI integer dots: the three digit sums (s0: the 2^16
+// digit, then 2^8, then 1) times scale * dx, plus bias * gsum. S1 * 256 + S2 is exact in int32
+// (|S_k| < 2^18) and rounded once by its conversion, as fma(cvt(S1), 256, cvt(S2)) rounds it
+// once: every kernel that uses this gets the same bits.
+inline __m512 add_digit_sums(__m512 acc, __m512i s0, __m512i s1, __m512i s2, __m512 sv, __m512 dxv, __m512 bv,
+                             __m512 gsv) {
+  const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(s1, 8), s2);
+  const __m512 tt = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+  return _mm512_fmadd_ps(bv, gsv, _mm512_fmadd_ps(tt, _mm512_mul_ps(sv, dxv), acc));
+}

@@ -55,6 +55,14 @@ CpuBackend::CpuBackend(const CpuOptions& opt) : opt_(opt) {
   if (opt.threads != 0) set_cpu_threads(opt.threads);
 }
 
+void CpuBackend::begin_step(const StepInfo& step) {
+  bool prompt = false;
+  for (const StepSeq& s : step.seqs) prompt = prompt || s.rows > 1;
+  set_tile_digits(opt_.fast_prefill && prompt ? 2 : 3);
+}
+
+void CpuBackend::end_step(bool) { set_tile_digits(3); }
+
 std::string CpuBackend::describe() const {
   return cat("cpu ", cpu_isa_name(cpu_isa()), ", ", cpu_threads(), " threads");
 }
@@ -64,7 +72,8 @@ bool CpuBackend::supports(Op, const QWeight&) const { return true; }
 std::vector<std::pair<std::string, std::string>> CpuBackend::facts() const {
   return {{"isa", std::string(cpu_isa_name(cpu_isa()))},
           {"threads", std::to_string(cpu_threads())},
-          {"threads_running", std::to_string(cpu_thread_pool().running())}};
+          {"threads_running", std::to_string(cpu_thread_pool().running())},
+          {"fast_prefill", opt_.fast_prefill && cpu_isa() == CpuIsa::Avx512Vnni ? "1" : "0"}};
 }
 
 std::vector<std::string> CpuBackend::ab_switches() const { return TuningSwitch::names(); }

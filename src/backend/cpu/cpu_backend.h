@@ -32,6 +32,10 @@ class CpuBackend final : public Backend {
   bool rewrites_weights() const override;
   bool prepare_weight(QWeight& w, int64_t n_stack, bool rewrite) const override;
   RecordTransform expert_record_transform(const MoeSpec& moe, bool all_cached) const override;
+  // CpuOptions::fast_prefill: two digits in the tiles of a step where a sequence feeds more
+  // than one token.
+  void begin_step(const StepInfo& step) override;
+  void end_step(bool ok) override;
 
   void embed(const QWeight& table, std::span<const int32_t> ids, Act out) override;
   void add_rms_norm(Act x, const Act* y, const float* w, float eps, Act h) override;

@@ -100,6 +100,16 @@ bool cpu_is_amd() {
 }
 
 namespace {
+// AMD family 19h with AVX-512: Zen 4 (Zen 3, the same family, has no AVX-512).
+bool is_zen4() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!cpu_is_amd() || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0);
+  return family == 0x19 && cpu_isa_detected() >= CpuIsa::Avx512;
+}
+}  // namespace
+
+namespace {
 int64_t env_count(const char* name, int64_t fallback) {
   const char* e = std::getenv(name);
   return e && *e ? std::max<int64_t>(0, std::atoll(e)) : fallback;
@@ -110,9 +120,9 @@ TuningSwitch row_spread_switch("MOEFLUX_MATVEC_SPREAD");
 namespace detail {
 TuningSwitch codes_distance_switch("MOEFLUX_CODES_DISTANCE");
 TuningSwitch params_distance_switch("MOEFLUX_PARAMS_DISTANCE");
-const int64_t codes_ahead_set = env_count("MOEFLUX_CODES_AHEAD", cpu_is_amd() ? 2048 : 1536);
+const int64_t codes_ahead_set = env_count("MOEFLUX_CODES_AHEAD", is_zen4() ? 0 : cpu_is_amd() ? 2048 : 1536);
 const int64_t codes_ahead_alt = env_count("MOEFLUX_CODES_AHEAD_ALT", 4096);
-const int64_t params_ahead_set = env_count("MOEFLUX_PARAMS_AHEAD", cpu_is_amd() ? 16 : 2);
+const int64_t params_ahead_set = env_count("MOEFLUX_PARAMS_AHEAD", cpu_is_amd() && !is_zen4() ? 16 : 2);
 const int64_t params_ahead_alt = env_count("MOEFLUX_PARAMS_AHEAD_ALT", 16);
 }  // namespace detail
 

@@ -52,17 +52,21 @@ extern TuningSwitch codes_distance_switch, params_distance_switch;
 extern const int64_t codes_ahead_set, codes_ahead_alt, params_ahead_set, params_ahead_alt;
 }  // namespace detail
 
-// Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: 2 KiB on AMD
-// CPUs (a9dc2a6:docs/benchmarks.md: Zen 5 decoded 40.6-41.2 t/s at 2 KiB
-// against 35.2-37.5 at 4 KiB), 1.5 KiB elsewhere (paired A/Bs of Intel
-// decode: 0.75-2 KiB alike, 4 KiB 2-3% slower, 8 KiB 5% slower). $MOEFLUX_CODES_AHEAD (bytes,
+// Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: none on Zen 4
+// (the hardware's prefetch alone: a 2-core Zen 4 VM decoded 12% faster on one thread, paired
+// median 1.12, 159 of 160 pairs, and 1% on two), 2 KiB on other AMD CPUs
+// (a9dc2a6:docs/benchmarks.md: Zen 5 decoded 40.6-41.2 t/s at 2 KiB against 35.2-37.5 at 4
+// KiB), 1.5 KiB elsewhere (paired A/Bs of Intel decode: 0.75-2 KiB alike, 4 KiB 2-3% slower,
+// 8 KiB 5% slower). $MOEFLUX_CODES_AHEAD (bytes,
 // read at start-up) overrides; the tuning switch MOEFLUX_CODES_DISTANCE=0 takes
 // $MOEFLUX_CODES_AHEAD_ALT (default 4096) instead. (The AVX2 kernels prefetch 2 KiB ahead.)
 inline int64_t matvec_codes_ahead() {
   return detail::codes_distance_switch.on() ? detail::codes_ahead_set : detail::codes_ahead_alt;
 }
 // Rows ahead whose scales and biases the matvecs prefetch (backend/cpu/kernels.h): 16 on AMD
-// CPUs, 2 elsewhere (on Intel 0-2 rows alike, 4 ~0.5% slower, 16 ~2%).
+// CPUs but Zen 4, 2 elsewhere (on Intel 0-2 rows alike, 4 ~0.5% slower, 16 ~2%; on a 2-core
+// Zen 4 VM, with the codes unprefetched, 16 rows decoded ~15% slower than 0 or 2 on one
+// thread and on two, paired: 56.7 / 66.3 and 98.4 / 114.8 t/s).
 // $MOEFLUX_PARAMS_AHEAD overrides; MOEFLUX_PARAMS_DISTANCE=0 takes $MOEFLUX_PARAMS_AHEAD_ALT
 // (default 16).
 inline int64_t matvec_params_ahead() {

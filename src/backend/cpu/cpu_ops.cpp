@@ -13,6 +13,7 @@
 #include <numeric>
 #include <string>
 
+#include "backend/cpu/batch_buffers.h"
 #include "backend/cpu/cpu_features.h"
 #include "core/aligned.h"
 #include "core/error.h"
@@ -191,6 +192,14 @@ std::vector<cpu::PreparedX>& prepared_pool(size_t n) {
   thread_local std::vector<cpu::PreparedX> pool;
   if (pool.size() < n) pool.resize(n);
   return pool;
+}
+
+// Frees the pool after a batch whose tokens' digits (3 bytes a column) outgrow what a layer's
+// batch buffers keep (backend/cpu/batch_buffers.h): a long prompt prepares one x per token and
+// routed expert.
+void release_pool_if_large(int64_t cols) {
+  std::vector<cpu::PreparedX>& pool = prepared_pool(0);
+  if (pool.size() * size_t(cols) * 3 > kKeptBatchFloats * sizeof(float)) std::vector<cpu::PreparedX>().swap(pool);
 }
 }  // namespace
 
@@ -523,14 +532,32 @@ namespace {
 // MOEFLUX_TOKENS_PASS=0: token by token always.
 constexpr int kTokensPerPass = 4;
 TuningSwitch tokens_pass_switch("MOEFLUX_TOKENS_PASS");
+// Tiles of rows x tokens (Kernels::matmul_rows_tokens) from kTileMinTokens tokens on, and for
+// every batch of a weight they take (takes_tile). MOEFLUX_TOKENS_TILE=0: the passes above, and
+// batches past kSmallBatch through matmul_rows (f32).
+constexpr int kTileMinTokens = 3;
+TuningSwitch tokens_tile_switch("MOEFLUX_TOKENS_TILE");
+bool takes_tile(const cpu::Kernels& k, const QWeight& w) {
+  return k.takes_tokens && k.takes_tokens(w) && tokens_tile_switch.on();
+}
+std::atomic<int> g_tile_digits{3};
 void rows_for_tokens(const cpu::Kernels& k, const QWeight& w, const cpu::PreparedX* const* px, int n, float* const* y,
                      int64_t r0, int64_t r1) {
+  if (n >= kTileMinTokens && takes_tile(k, w) &&
+      k.matmul_rows_tokens(w, px, n, g_tile_digits.load(std::memory_order_relaxed), y, r0, r1))
+    return;
   if (n > 1 && n <= kTokensPerPass && tokens_pass_switch.on() && k.matvec_rows_tokens &&
       k.matvec_rows_tokens(w, px, n, y, r0, r1))
     return;
   for (int j = 0; j < n; ++j) k.matvec_rows(w, *px[j], y[j], r0, r1);
 }
 }  // namespace
+
+void set_tile_digits(int digits) {
+  MF_ASSERT(digits == 2 || digits == 3);
+  g_tile_digits.store(digits, std::memory_order_relaxed);
+}
+int tile_digits() { return g_tile_digits.load(std::memory_order_relaxed); }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
   const QWeight* ws[1] = {&w};  // T == 1: matmul_multi runs the matvec
@@ -546,23 +573,24 @@ void matmul_multi(int n, const QWeight* const* ws, const float* x, int64_t T, fl
       return;
     }
   const cpu::Kernels& k = kernels();
-  if (T <= kSmallBatch) {
+  if (T <= kSmallBatch || takes_tile(k, *ws[0])) {
     // Each token prepared for the matvec kernels, and each block of rows run for every token
     // while it is in cache: the weights are read from memory once, the dots are the
     // matvec's (integer where the CPU has them), and each token's result is its matvec's.
+    // Past kSmallBatch (a prefill) only weights the VNNI tiles take come here.
     std::vector<cpu::PreparedX>& pxs = prepared_pool(size_t(T));
-    std::array<const cpu::PreparedX*, kSmallBatch> pp;
-    for (int64_t t = 0; t < T; ++t) {
-      cpu::prepare_for(k, *ws[0], x + t * ws[0]->cols, &pxs[size_t(t)]);
-      pp[size_t(t)] = &pxs[size_t(t)];
-    }
+    std::vector<const cpu::PreparedX*> pp(static_cast<size_t>(T));
+    for_rows(T, ws[0]->cols * 8, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) cpu::prepare_for(k, *ws[0], x + t * ws[0]->cols, &pxs[size_t(t)]);
+    });
+    for (int64_t t = 0; t < T; ++t) pp[size_t(t)] = &pxs[size_t(t)];
     for_weight_rows(n, ws, T * int64_t(ws[0]->row_bytes()), [&](int i, int64_t lo, int64_t hi, int64_t) {
-      std::array<float*, kSmallBatch> yp;
+      std::vector<float*> yp(static_cast<size_t>(T));
       for (int64_t t = 0; t < T; ++t) yp[size_t(t)] = ys[i] + t * ws[i]->rows;
       for (int64_t r = lo; r < hi; r += kSmallBatchRows)
         rows_for_tokens(k, *ws[i], pp.data(), int(T), yp.data(), r, std::min(hi, r + kSmallBatchRows));
     });
-    return;
+    return release_pool_if_large(ws[0]->cols);
   }
   cpu::PreparedX& px = prepared_x();
   prepare_batch(k, *ws[0], x, T, &px);
@@ -602,7 +630,8 @@ void run_expert_row_tasks(int n, int64_t rows, int64_t block, F&& fn) {
   each_item(int64_t(tasks.size()), false, [&](int64_t j) { fn(tasks[size_t(j)]); });
 }
 
-// swiglu_experts_batch for experts of few tokens each, as matmul_multi's small batches: each
+// swiglu_experts_batch for experts of few tokens each (or any number the VNNI tiles take), as
+// matmul_multi's small batches: each
 // token prepared for the matvec kernels (by whichever thread takes it), then tasks of rows of
 // one expert (see run_tasks) run for all of its tokens. at: token offsets of the experts; g / u:
 // total * hidden floats of scratch.
@@ -634,14 +663,14 @@ void swiglu_experts_small(int n, const QWeight* const* gate, const QWeight* cons
   prepare(gate, [&](int i, int64_t tok) { return xs[i] + tok * gate[i]->cols; });
   // Expert i's tokens' prepared x and, per token, a row of `rows` floats at base + token * ld.
   struct Tokens {
-    std::array<const cpu::PreparedX*, kSmallBatch> px;
-    std::array<float*, kSmallBatch> y;
+    std::vector<const cpu::PreparedX*> px;
+    std::vector<float*> y;
     int n;
   };
   auto tokens = [&](int i, float* base, int64_t ld) {
-    MF_ASSERT(T[i] <= kSmallBatch);
     Tokens tk;
     tk.n = int(T[i]);
+    tk.px.resize(size_t(tk.n)), tk.y.resize(size_t(tk.n));
     for (int j = 0; j < tk.n; ++j) tk.px[size_t(j)] = &px[size_t(at[size_t(i)] + j)], tk.y[size_t(j)] = base + j * ld;
     return tk;
   };
@@ -658,6 +687,7 @@ void swiglu_experts_small(int n, const QWeight* const* gate, const QWeight* cons
     const Tokens td = tokens(t.i, outs[t.i], down[t.i]->rows);
     rows_for_tokens(k, *down[t.i], td.px.data(), td.n, td.y.data(), t.r0, t.r1);
   });
+  release_pool_if_large(gate[0]->cols);
 }
 }  // namespace
 
@@ -674,7 +704,9 @@ void swiglu_experts_batch(int n, const QWeight* const* gate, const QWeight* cons
   // Each expert's path is its own (few tokens, gate and up alike: the matvecs' small batches),
   // never its companions', so that an expert gives the same bits whichever experts share the
   // call (an expert cache runs them in windows and as they arrive, resident experts all at once).
-  auto small = [&](int i) { return T[i] <= kSmallBatch && same_layout(*gate[i], *up[i]); };
+  auto small = [&](int i) {
+    return (T[i] <= kSmallBatch || (takes_tile(k, *gate[i]) && takes_tile(k, *down[i]))) && same_layout(*gate[i], *up[i]);
+  };
   int n_small = 0;
   for (int i = 0; i < n; ++i) n_small += small(i);
   if (n_small > 0 && n_small < n) {

@@ -49,8 +49,17 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 constexpr int64_t kSmallBatch = 16, kSmallBatchRows = 256;
 
 // y (T, w.rows) = x (T, w.cols) W^T: batched prefill / grouped experts. Each weight row is
-// decoded once for all T tokens (small batches: see kSmallBatch).
+// decoded once for all T tokens (small batches: see kSmallBatch; 4-bit group-lane weights at
+// Avx512Vnni: tiles of rows x tokens over the matvec's int8 digits, each token its matvec's
+// bits, kernels_avx512_vnni_tile.cpp).
 void matmul(const QWeight& w, const float* x, int64_t T, float* y);
+
+// x's int8 digits in those VNNI tiles (and the grouped experts' of 3 or more tokens): 3, the
+// default (each token its matvec's bits), or 2 (each x within about 2^-16 of its group's largest
+// |x|, two thirds of the integer dots). CpuBackend sets 2 for the steps that hold a prompt chunk
+// under CpuOptions::fast_prefill, and 3 again at the step's end.
+void set_tile_digits(int digits);
+int tile_digits();
 
 // matmul of n weights over the same x (T, cols), ys[i] (T, ws[i]->rows): x prepared once when
 // they share a layout, all their rows in one parallel region (a layer's q / k / v over a

@@ -142,6 +142,14 @@ struct Kernels {
   // not take it.
   bool (*matvec_rows_tokens)(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
                              int64_t r1);
+  // Optional (nullptr: never): whether matmul_rows_tokens runs w. Prefill then prepares each
+  // token for the matvec (prepare_special) instead of a batch for matmul_rows.
+  bool (*takes_tokens)(const QWeight& w);
+  // Optional: as matvec_rows_tokens for any number of tokens, tiles of rows x tokens sharing
+  // each load of codes and of x; with digits 3 the same bits as matvec_rows per token, with 2
+  // x's lowest int8 digit left out (set_tile_digits in cpu_ops.h).
+  bool (*matmul_rows_tokens)(const QWeight& w, const PreparedX* const* px, int n, int digits, float* const* y,
+                             int64_t r0, int64_t r1);
 };
 
 // One token's x prepared for w on k's path: its integer path (prepare_special) when it takes w,
@@ -164,6 +172,11 @@ const Kernels& kernels_avx512_vnni();
 // group-lane weights.
 bool vnni_matvec_rows_tokens(const QWeight& w, const PreparedX* const* px, int n, float* const* y, int64_t r0,
                              int64_t r1);
+// Kernels::takes_tokens and matmul_rows_tokens of the Avx512Vnni table
+// (kernels_avx512_vnni_tile.cpp): 4-bit group-lane weights.
+bool vnni_takes_tokens(const QWeight& w);
+bool vnni_matmul_rows_tokens(const QWeight& w, const PreparedX* const* px, int n, int digits, float* const* y,
+                             int64_t r0, int64_t r1);
 
 // Kernels::attend of the Avx2 table (attend_avx2.cpp) and of the AVX-512 tables (attend_avx512.cpp).
 bool attend_avx2(const float* q, int64_t nh, const float* k, const float* v, int64_t n_ctx, int64_t kstride,

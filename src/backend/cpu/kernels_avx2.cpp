@@ -445,7 +445,7 @@ namespace moeflux::cpu {
 const Kernels& kernels_avx2() {
   static const Kernels k{L,          avx2_prepare_words, matvec_rows, matmul_rows, decode_row,          dot,
                          axpy,       add_scaled,         swiglu,      attend_avx2, avx2_prepare_layout, avx2_prepare_groups,
-                         nullptr};
+                         nullptr,    nullptr,            nullptr};
   return k;
 }
 }  // namespace moeflux::cpu

@@ -402,7 +402,7 @@ namespace moeflux::cpu {
 const Kernels& kernels_avx512() {
   static const Kernels k{L,     nullptr,    matvec_rows, matmul_rows, decode_row, dot,
                          axpy,  add_scaled, swiglu,      attend_avx512, nullptr,  nullptr,
-                         nullptr};
+                         nullptr, nullptr, nullptr};
   return k;
 }
 }  // namespace moeflux::cpu

@@ -279,13 +279,9 @@ void lanes_rows_block(const QWeight& w, const PreparedX& px, float* y, int64_t r
     for (int i = 0; i < R; ++i) {
       __m512i sk[3];
       for (int k = 0; k < 3; ++k) sk[k] = C == 2 ? _mm512_add_epi32(s[i][k][0], s[i][k][C - 1]) : s[i][k][0];
-      const __m512 tt = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sk[0]), _mm512_set1_ps(65536.0f),
-                                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(sk[1]), _mm512_set1_ps(256.0f),
-                                                        _mm512_cvtepi32_ps(sk[2])));
       const int64_t ri = r + i * stride;
-      const uint8_t *sp = w.scales + ri * sbytes, *bp = w.biases + ri * sbytes;
-      acc[i] = _mm512_fmadd_ps(tt, _mm512_mul_ps(load16<S>(sp, b * L, mb), dxv), acc[i]);
-      acc[i] = _mm512_fmadd_ps(load16<S>(bp, b * L, mb), gsv, acc[i]);
+      acc[i] = add_digit_sums(acc[i], sk[0], sk[1], sk[2], load16<S>(w.scales + ri * sbytes, b * L, mb), dxv,
+                              load16<S>(w.biases + ri * sbytes, b * L, mb), gsv);
     }
   }
 #pragma GCC unroll 4
@@ -329,6 +325,8 @@ const Kernels& kernels_avx512_vnni() {
     t.prepare_special = prepare_digits;
     t.matvec_rows = matvec_rows;
     t.matvec_rows_tokens = vnni_matvec_rows_tokens;
+    t.takes_tokens = vnni_takes_tokens;
+    t.matmul_rows_tokens = vnni_matmul_rows_tokens;
     return t;
   }();
   return k;

@@ -88,11 +88,7 @@ void lanes_rows_tokens(const QWeight& w, const PreparedX* const* px, float* cons
       const __m512 sv = load16<S>(w.scales + ri * sbytes, b * L, mb), bv = load16<S>(w.biases + ri * sbytes, b * L, mb);
       for (int j = 0; j < NT; ++j) {
         const __m512 dxv = _mm512_loadu_ps(px[j]->dx.data() + b * L), gsv = _mm512_loadu_ps(px[j]->gsum.data() + b * L);
-        const __m512 tt = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][j][0]), _mm512_set1_ps(65536.0f),
-                                          _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][j][1]), _mm512_set1_ps(256.0f),
-                                                          _mm512_cvtepi32_ps(s[i][j][2])));
-        acc[i][j] = _mm512_fmadd_ps(tt, _mm512_mul_ps(sv, dxv), acc[i][j]);
-        acc[i][j] = _mm512_fmadd_ps(bv, gsv, acc[i][j]);
+        acc[i][j] = add_digit_sums(acc[i][j], s[i][j][0], s[i][j][1], s[i][j][2], sv, dxv, bv, gsv);
       }
     }
   }

@@ -109,7 +109,8 @@ void matmul_rows_scalar(const QWeight& w, const PreparedX& px, float* y, int64_t
 
 const Kernels& kernels_scalar() {
   static const Kernels k{1, nullptr, matvec_rows_scalar, matmul_rows_scalar, decode_row_scalar, dot_scalar,
-                         axpy_scalar, axpy_scalar, swiglu_ref, nullptr, nullptr, nullptr, nullptr};
+                         axpy_scalar, axpy_scalar, swiglu_ref, nullptr, nullptr, nullptr, nullptr,
+                         nullptr, nullptr};
   return k;
 }
 

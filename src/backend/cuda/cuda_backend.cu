@@ -2,6 +2,8 @@
 // ops. The blocks (attention, FFNs, MoE): cuda_blocks.cu.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/check.cuh"
@@ -15,6 +17,15 @@
 namespace moeflux {
 
 using namespace cuda;
+
+namespace {
+// A start-up choice from the environment: "0" off, "1" on, anything else (or unset) `def`.
+bool env_choice(const char* name, bool def) {
+  const char* e = std::getenv(name);
+  const std::string_view v = e ? e : "";
+  return v == "0" ? false : v == "1" ? true : def;
+}
+}  // namespace
 
 bool cuda_device_present(std::string* why) {
   int n = 0;
@@ -81,6 +92,8 @@ CudaBackend::CudaBackend(const CudaOptions& opt) : opt_(opt), pool_(std::make_sh
   MF_CUDA(cudaGetDeviceProperties(&prop_, opt.device));
   MF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   host_ = std::make_unique<CpuBackend>();
+  step_graphs_ = env_choice("MOEFLUX_CUDA_GRAPHS", step_graphs_);
+  device_gdn_ = env_choice("MOEFLUX_CUDA_DEVICE_GDN", device_gdn_);
 }
 
 CudaBackend::~CudaBackend() {
@@ -175,12 +188,14 @@ DW dw_view(const QWeight& w) {
 bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "wide_rows") return wide_;
   if (name == "prefill_prefetch") return prefill_prefetch_;
+  if (name == "step_graphs") return step_graphs_;
   return Backend::ab_switch(name);
 }
 
 void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   if (name == "wide_rows") wide_ = on;
   else if (name == "prefill_prefetch") prefill_prefetch_ = on;
+  else if (name == "step_graphs") step_graphs_ = on;
   else Backend::set_ab_switch(name, on);
 }
 

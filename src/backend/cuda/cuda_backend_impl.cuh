@@ -44,10 +44,10 @@ class CudaBackend final : public Backend {
   // read_gbs: a read-only kernel over a buffer far larger than L2.
   Ceilings measure_ceilings() override;
   // wide_rows: weights read 16 bytes a lane at a time where their layout allows (else 8
-  // values at a time).
-  // wide_rows: 16-byte weight loads where rows allow; prefill_prefetch: in prefill, the next
-  // layer's streamed experts are copied into the GPU expert cache during this layer's compute.
-  std::vector<std::string> ab_switches() const override { return {"wide_rows", "prefill_prefetch"}; }
+  // values at a time); prefill_prefetch: in prefill, the next layer's streamed experts are
+  // copied into the GPU expert cache during this layer's compute; step_graphs: decode steps
+  // recorded and replayed as CUDA graphs (off: every step runs eagerly).
+  std::vector<std::string> ab_switches() const override { return {"wide_rows", "prefill_prefetch", "step_graphs"}; }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
 
@@ -180,6 +180,11 @@ class CudaBackend final : public Backend {
   CudaOptions opt_;
   bool wide_ = true;              // the wide_rows switch
   bool prefill_prefetch_ = true;  // the prefill_prefetch switch
+  bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)
+  // GatedDeltaNet's device kernels ($MOEFLUX_CUDA_DEVICE_GDN=1, read at start: the layers'
+  // states are made where it says). Off until a step of three or more qwen3_next sequences
+  // agrees with each sequence alone (tests/engine/test_engine_batch.cpp).
+  bool device_gdn_ = false;
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<cuda::DevicePool> pool_;

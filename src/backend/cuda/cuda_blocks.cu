@@ -5,7 +5,6 @@
 #include <optional>
 #include <vector>
 
-#include "backend/cpu/tuning_switch.h"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/dot_rows.cuh"
@@ -65,14 +64,8 @@ void CudaBackend::host_mixer(Act x, Act out, const std::function<void(Act, Act)>
   from_host(oh.data(), out);
 }
 
-namespace {
-// GatedDeltaNet's device kernels: off until a step of three or more sequences of qwen3_next
-// agrees with each sequence alone (tests/engine/test_engine_batch.cpp); "1" turns them on.
-TuningSwitch g_device_gdn("MOEFLUX_CUDA_DEVICE_GDN", /*default_on=*/false);
-}  // namespace
-
 bool CudaBackend::mla_on_device(const MlaSpec& a) const { return mla_fits(mla_dev(a)); }
-bool CudaBackend::gdn_on_device(const GdnSpec& a) const { return g_device_gdn.on() && gdn_fits(gdn_dev(a)); }
+bool CudaBackend::gdn_on_device(const GdnSpec& a) const { return device_gdn_ && gdn_fits(gdn_dev(a)); }
 
 MlaDev CudaBackend::mla_dev(const MlaSpec& a) const {
   MlaDev m;

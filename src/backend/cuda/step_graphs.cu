@@ -1,6 +1,5 @@
 // CudaBackend's steps: the staging of a step's ids and positions, cache room, and the CUDA
 // graphs of decode steps (recorded at the second step of a shape, replayed from the third).
-#include "backend/cpu/tuning_switch.h"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/gdn_state.cuh"
@@ -10,11 +9,6 @@
 namespace moeflux {
 
 using namespace cuda;
-
-namespace {
-// Decode steps recorded and replayed as CUDA graphs (0: every step runs eagerly).
-TuningSwitch g_step_graphs("MOEFLUX_CUDA_GRAPHS");
-}  // namespace
 
 void CudaBackend::begin_step(const StepInfo& step) {
   in_step_ = true, mode_ = Mode::Eager, replay_ = nullptr;
@@ -31,7 +25,7 @@ void CudaBackend::begin_step(const StepInfo& step) {
   std::copy(step.ids.begin(), step.ids.end(), staging_);
   step_rows_ = int64_t(R);
   step_seq_at_row_.clear();
-  step_graphable_ = !step.host_reads && !profiling_ && g_step_graphs.on();  // profiling times each op
+  step_graphable_ = !step.host_reads && !profiling_ && step_graphs_;  // profiling times each op
   step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_)});
   for (size_t i = 0; i < S; ++i) {
     const StepSeq& q = step.seqs[i];
