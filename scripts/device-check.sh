@@ -17,7 +17,8 @@
 #               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48); needs FULL=1
 #   cuda-cache  the GPU expert cache: bench --backend cuda on qwen3-30b-a3b (CUDA_LAYERS of 48),
 #               experts streamed (host cache 100%) through GPU budgets CACHE_BUDGETS (10/25/50/100%),
-#               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1)
+#               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1); CACHE_BENCH:
+#               more bench arguments (e.g. "--alternate device_tables")
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 # FULL=1: the full moeflux (tokenizer, server) instead of the engine-only one, with the
@@ -117,9 +118,9 @@ PY
           for mode in ${CACHE_MODES:-copy cpu auto}; do
             l="$OUT/cuda-cache-s$skew-${b%\%}-$mode.log"
             timeout 150 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 2 --expert-cache 100% \
-              --gpu-expert-cache "$b" --moe-misses "$mode" >"$l" 2>&1
+              --gpu-expert-cache "$b" --moe-misses "$mode" ${CACHE_BENCH:-} >"$l" 2>&1
             rows <"$l" | sed "s/^/skew $skew gpu $b $mode /"
-            grep -E "gpu expert cache|cpu experts|host-to-device" "$l" | sed "s/^/  /"
+            grep -E "gpu expert cache|device tables|cpu experts|host-to-device|median ratio" "$l" | sed "s/^/  /"
           done
         done
       done ;;

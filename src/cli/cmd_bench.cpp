@@ -393,6 +393,7 @@ Runner register_bench(CLI::App& app) {
       std::printf("\ngpu expert cache: %s\n", g.c_str());
       if (ceil.h2d_gbs > 0) std::printf("host-to-device: %.1f GB/s (pinned, measured now)\n", ceil.h2d_gbs);
     }
+    if (const std::string d = be.fact("device_tables"); !d.empty()) std::printf("device tables: %s\n", d.c_str());
     if (const std::string c = be.fact("cpu_experts"); !c.empty()) std::printf("cpu experts: %s\n", c.c_str());
     if (const std::string g = be.fact("gpu_memory"); !g.empty()) std::printf("gpu memory: %s\n", g.c_str());
     finish_streaming(*model, a->stream, measured_s);
