@@ -42,6 +42,13 @@ CudaBackend::DeviceTier* CudaBackend::device_tier(const MoeSpec& m) {
   }
   if (mode_ == Mode::Capture) return nullptr;  // made by the eager step before, or not at all
   std::unique_ptr<DeviceTier>& kept = tiers_by_spec_[&m];
+  if (kept) {  // another model's spec at this address: its tier goes
+    MF_CUDA(cudaStreamSynchronize(stream_));
+    std::erase_if(tier_pending_, [&](const auto& p) { return p.first == kept.get(); });
+    for (DeviceTier*& t : tiers_by_layer_)
+      if (t == kept.get()) t = nullptr;
+    cudaFree(kept->table), cudaFreeHost(kept->shadow), cudaFreeHost(kept->ids);
+  }
   kept.reset();  // refused until made below (the answer stays for this spec)
   if (opt_.moe_misses != MoeMisses::Copy || m.source_layer < opt_.cpu_moe_layers || !m.source->holds_all())
     return nullptr;
