@@ -120,7 +120,7 @@ TuningSwitch row_spread_switch("MOEFLUX_MATVEC_SPREAD");
 namespace detail {
 TuningSwitch codes_distance_switch("MOEFLUX_CODES_DISTANCE");
 TuningSwitch params_distance_switch("MOEFLUX_PARAMS_DISTANCE");
-const int64_t codes_ahead_set = env_count("MOEFLUX_CODES_AHEAD", is_zen4() ? 0 : cpu_is_amd() ? 2048 : 1536);
+const int64_t codes_ahead_set = env_count("MOEFLUX_CODES_AHEAD", is_zen4() ? 256 : cpu_is_amd() ? 2048 : 1536);
 const int64_t codes_ahead_alt = env_count("MOEFLUX_CODES_AHEAD_ALT", 4096);
 const int64_t params_ahead_set = env_count("MOEFLUX_PARAMS_AHEAD", cpu_is_amd() && !is_zen4() ? 16 : 2);
 const int64_t params_ahead_alt = env_count("MOEFLUX_PARAMS_AHEAD_ALT", 16);

@@ -52,9 +52,11 @@ extern TuningSwitch codes_distance_switch, params_distance_switch;
 extern const int64_t codes_ahead_set, codes_ahead_alt, params_ahead_set, params_ahead_alt;
 }  // namespace detail
 
-// Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: none on Zen 4
-// (the hardware's prefetch alone: a 2-core Zen 4 VM decoded 12% faster on one thread, paired
-// median 1.12, 159 of 160 pairs, and 1% on two), 2 KiB on other AMD CPUs
+// Bytes ahead of each stream of codes that the AVX-512 affine matvecs prefetch: 256 on Zen 4
+// (a 2-core Zen 4 VM, paired: 0 decoded 12% faster than 2 KiB on one thread, 1% on two; 256
+// decoded 6-7% faster than 0 on one and two threads, 4 and 12 layers, 384 and 512 less so on
+// two, 1 KiB 15% slower; 0 still prefetches the line being read, and dropping that was 6%
+// slower), 2 KiB on other AMD CPUs
 // (a9dc2a6:docs/benchmarks.md: Zen 5 decoded 40.6-41.2 t/s at 2 KiB against 35.2-37.5 at 4
 // KiB), 1.5 KiB elsewhere (paired A/Bs of Intel decode: 0.75-2 KiB alike, 4 KiB 2-3% slower,
 // 8 KiB 5% slower). $MOEFLUX_CODES_AHEAD (bytes,
