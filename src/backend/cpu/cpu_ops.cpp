@@ -557,7 +557,6 @@ void set_tile_digits(int digits) {
   MF_ASSERT(digits == 2 || digits == 3);
   g_tile_digits.store(digits, std::memory_order_relaxed);
 }
-int tile_digits() { return g_tile_digits.load(std::memory_order_relaxed); }
 
 void matmul(const QWeight& w, const float* x, int64_t T, float* y) {
   const QWeight* ws[1] = {&w};  // T == 1: matmul_multi runs the matvec

@@ -59,7 +59,6 @@ void matmul(const QWeight& w, const float* x, int64_t T, float* y);
 // |x|, two thirds of the integer dots). CpuBackend sets 2 for the steps that hold a prompt chunk
 // under CpuOptions::fast_prefill, and 3 again at the step's end.
 void set_tile_digits(int digits);
-int tile_digits();
 
 // matmul of n weights over the same x (T, cols), ys[i] (T, ws[i]->rows): x prepared once when
 // they share a layout, all their rows in one parallel region (a layer's q / k / v over a

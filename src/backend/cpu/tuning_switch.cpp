@@ -13,10 +13,14 @@ std::vector<TuningSwitch*>& registry() {
 }
 }  // namespace
 
-TuningSwitch::TuningSwitch(const char* env_name, bool default_on) : name_(env_name) {
-  const char* e = std::getenv(env_name);
+bool env_on_off(const char* name, bool fallback) {
+  const char* e = std::getenv(name);
   const std::string v = e ? e : "";
-  on_.store(v == "0" ? false : v == "1" ? true : default_on, std::memory_order_relaxed);
+  return v == "0" ? false : v == "1" ? true : fallback;
+}
+
+TuningSwitch::TuningSwitch(const char* env_name, bool default_on) : name_(env_name) {
+  on_.store(env_on_off(env_name, default_on), std::memory_order_relaxed);
   registry().push_back(this);
 }
 

@@ -9,6 +9,9 @@
 
 namespace moeflux {
 
+// A start-up choice from the environment: "0" off, "1" on, anything else (or unset) `fallback`.
+bool env_on_off(const char* name, bool fallback);
+
 class TuningSwitch {
  public:
   // Registers the switch under env_name (a string literal) and reads the environment. For

@@ -2,10 +2,9 @@
 // ops. The blocks (attention, FFNs, MoE): cuda_blocks.cu.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/tuning_switch.h"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.cuh"
@@ -17,15 +16,6 @@
 namespace moeflux {
 
 using namespace cuda;
-
-namespace {
-// A start-up choice from the environment: "0" off, "1" on, anything else (or unset) `def`.
-bool env_choice(const char* name, bool def) {
-  const char* e = std::getenv(name);
-  const std::string_view v = e ? e : "";
-  return v == "0" ? false : v == "1" ? true : def;
-}
-}  // namespace
 
 bool cuda_device_present(std::string* why) {
   int n = 0;
@@ -92,8 +82,8 @@ CudaBackend::CudaBackend(const CudaOptions& opt) : opt_(opt), pool_(std::make_sh
   MF_CUDA(cudaGetDeviceProperties(&prop_, opt.device));
   MF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   host_ = std::make_unique<CpuBackend>();
-  step_graphs_ = env_choice("MOEFLUX_CUDA_GRAPHS", step_graphs_);
-  device_gdn_ = env_choice("MOEFLUX_CUDA_DEVICE_GDN", device_gdn_);
+  step_graphs_ = env_on_off("MOEFLUX_CUDA_GRAPHS", step_graphs_);
+  device_gdn_ = env_on_off("MOEFLUX_CUDA_DEVICE_GDN", device_gdn_);
 }
 
 CudaBackend::~CudaBackend() {
