@@ -89,7 +89,8 @@ CudaBackend::CudaBackend(const CudaOptions& opt) : opt_(opt), pool_(std::make_sh
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (auto& [m, t] : tables_) cudaFree(t.table);
-  for (auto& [m, t] : tiers_by_spec_) cudaFree(t->table), cudaFreeHost(t->shadow), cudaFreeHost(t->ids);
+  for (auto& [m, t] : tiers_by_spec_)  // null: a layer refused a tier
+    if (t) cudaFree(t->table), cudaFreeHost(t->shadow), cudaFreeHost(t->ids);
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec), cudaFree(g.logits);
   for (const Timed& t : timed_) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -149,6 +150,7 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
                   fixed(st.copy_wait_s, 3), " s waiting for host records, ", tiers_.prefetched, " prefetched for prefill");
     }
     f.emplace_back("gpu_expert_cache", line);
+    f.emplace_back("gpu_miss_bytes", cat(tiers_.miss_bytes));
   }
   if (tier_reads_.small_steps) {
     f.emplace_back("device_tables", cat(tier_reads_.small_steps, " layer steps read a device table with no host round trip; ",

@@ -151,6 +151,9 @@ class CudaBackend final : public Backend {
   void tier_write(DeviceTier& t, int32_t e);  // queues entry e of the shadow into the table
   void tier_point(DeviceTier& t, int32_t e, bool slot);  // the shadow's entry e, queued
   void tier_evicted(int layer, int expert);    // GpuExperts' evict hook
+  // Counts a step's distinct routed experts (most routed first) and keeps those the slots can
+  // take; the rest were read where their entries point.
+  void tier_keep_placeable(DeviceTier& t, std::vector<int32_t>& used);
   void switch_filled();                        // entries whose copies are done point at their slots
   void admit_routed();                         // a step's end: the small steps' routed experts into slots
   std::unordered_map<const MoeSpec*, std::unique_ptr<DeviceTier>> tiers_by_spec_;
@@ -167,6 +170,9 @@ class CudaBackend final : public Backend {
     uint64_t routed = 0;  // distinct experts of the steps that streamed
     uint64_t hits = 0, copied = 0, cpu = 0;  // ... found in the GPU cache, copied and waited for, on the CPU
     uint64_t cpu_rows = 0, prefetched = 0;
+    // Bytes of the routed experts that were in no GPU slot when their layer ran (copied and
+    // waited for, read over the bus, or computed on the CPU): the fact gpu_miss_bytes.
+    uint64_t miss_bytes = 0;
     double cpu_s = 0, cpu_work = 0;  // cpu_work: record bytes x rows
   } tiers_;
   void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,

@@ -292,7 +292,7 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   const int64_t T = x.rows, K = m.n_experts_active, E = m.n_experts, dim = m.dim;
   if (replaying()) {  // the graph's small step leaves its routed ids for admit_routed()
     if (auto it = tiers_by_spec_.find(&m); m.source && it != tiers_by_spec_.end() && it->second && T <= kTierRows)
-      it->second->pairs = T * K;
+      it->second->pairs = T * K, ++tier_reads_.small_steps;
     return;
   }
   DeviceTier* tier = m.source ? device_tier(m) : nullptr;

@@ -20,15 +20,14 @@ using namespace cuda;
 
 namespace {
 
-// The distinct experts of ids, the most routed first (ties: the lower id), at most `cap`.
-std::vector<int32_t> most_routed(std::span<const int32_t> ids, int64_t n_experts, size_t cap) {
+// The distinct experts of ids, the most routed first (ties: the lower id).
+std::vector<int32_t> most_routed(std::span<const int32_t> ids, int64_t n_experts) {
   std::vector<int32_t> count(size_t(n_experts), 0), used;
   for (int32_t e : ids)
     if (e >= 0 && e < n_experts && count[size_t(e)]++ == 0) used.push_back(e);
   std::stable_sort(used.begin(), used.end(), [&](int32_t a, int32_t b) {
     return count[size_t(a)] != count[size_t(b)] ? count[size_t(a)] > count[size_t(b)] : a < b;
   });
-  if (used.size() > cap) used.resize(cap);
   return used;
 }
 
@@ -133,22 +132,32 @@ void CudaBackend::switch_filled() {
   tier_pending_.clear();
 }
 
+void CudaBackend::tier_keep_placeable(DeviceTier& t, std::vector<int32_t>& used) {
+  const size_t cap = size_t(gpu_experts_->slots());
+  tiers_.routed += used.size();
+  for (size_t j = cap; j < used.size(); ++j) {  // no room: read where their entries say
+    const bool on_slot = t.on_slot[size_t(used[j])];
+    ++(on_slot ? tiers_.hits : tiers_.copied);
+    if (!on_slot) ++tier_reads_.host_reads, tiers_.miss_bytes += t.bytes[size_t(used[j])];
+  }
+  if (used.size() > cap) used.resize(cap);
+}
+
 void CudaBackend::admit_routed() {
   for (DeviceTier* t : tiers_by_layer_) {
     if (!t || t->pairs == 0) continue;
     const MoeSpec& m = *t->spec;
-    const std::vector<int32_t> used =
-        most_routed(std::span<const int32_t>(t->ids, size_t(t->pairs)), m.n_experts, size_t(gpu_experts_->slots()));
+    std::vector<int32_t> used = most_routed(std::span<const int32_t>(t->ids, size_t(t->pairs)), m.n_experts);
     t->pairs = 0;
+    tier_keep_placeable(*t, used);
     std::vector<size_t> bytes;
     for (int32_t e : used) bytes.push_back(t->bytes[size_t(e)]);
-    tiers_.routed += used.size();
     const GpuExperts::Placed p =
         gpu_experts_->place(*m.source, m.source_layer, used, bytes, /*background=*/true, /*hold=*/false);
     for (size_t j = 0; j < used.size(); ++j) {
       const bool on_slot = t->on_slot[size_t(used[j])];
       ++(p.hit[j] && on_slot ? tiers_.hits : tiers_.copied);
-      if (!on_slot) ++tier_reads_.host_reads;  // the step read it from host memory
+      if (!on_slot) ++tier_reads_.host_reads, tiers_.miss_bytes += t->bytes[size_t(used[j])];  // read from host memory
       if (!on_slot && std::find(tier_pending_.begin(), tier_pending_.end(), std::pair(t, used[j])) == tier_pending_.end())
         tier_pending_.emplace_back(t, used[j]);
     }
@@ -168,15 +177,16 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
     MF_CUDA(cudaStreamSynchronize(stream_));
     switch_filled();
     GpuExperts& g = *gpu_experts_;
-    const std::vector<int32_t> used = most_routed(ids, m.n_experts, size_t(g.slots()));
+    std::vector<int32_t> used = most_routed(ids, m.n_experts);
+    tier_keep_placeable(t, used);
     std::vector<size_t> bytes;
     for (int32_t e : used) bytes.push_back(t.bytes[size_t(e)]);
-    tiers_.routed += used.size();
     const GpuExperts::Placed p = g.place(*m.source, m.source_layer, used, bytes, /*background=*/false, /*hold=*/false);
     g.wait_copies();
     for (size_t j = 0; j < used.size(); ++j) {
       const bool on_slot = t.on_slot[size_t(used[j])];
       ++(p.hit[j] && on_slot ? tiers_.hits : tiers_.copied);
+      if (!on_slot) tiers_.miss_bytes += t.bytes[size_t(used[j])];
       std::erase(tier_pending_, std::pair<DeviceTier*, int32_t>(&t, used[j]));
       if (!on_slot) tier_point(t, used[j], true);
     }

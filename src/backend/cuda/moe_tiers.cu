@@ -114,7 +114,10 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
       const std::span<const int32_t> part(on_gpu.data() + i0, n);
       placed.push_back(g.place(*m.source, layer, part, std::span<const size_t>(gpu_bytes.data() + i0, n)));
       const GpuExperts::Placed& p = placed.back();
-      for (bool hit : p.hit) ++(hit ? tiers_.hits : tiers_.copied);
+      for (size_t j = 0; j < n; ++j) {
+        ++(p.hit[j] ? tiers_.hits : tiers_.copied);
+        if (!p.hit[j]) tiers_.miss_bytes += gpu_bytes[i0 + j];
+      }
       DW* ht[2] = {host + (2 * gi) * per_table, host + (2 * gi + 1) * per_table};
       std::fill(ht[0], ht[0] + 2 * per_table, DW{});
       bool any[2] = {false, false};
@@ -147,6 +150,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
   if (prefill_prefetch_ && gpu_experts_ && m.next && m.next->source == m.source && T * K >= 2 * E &&
       m.next->source_layer >= opt_.cpu_moe_layers)
     prefetch_layer(*m.next);
+  for (size_t b : cpu_bytes) tiers_.miss_bytes += b;
   if (!on_cpu.empty()) moe_on_host(m, xh, ids, on_cpu, cpu_bytes, y);
   // Within a step the next streamed layer's entry, which waits for the stream anyway, frees the
   // tables, the rows and the held records (release_layer); outside one they are freed now.
