@@ -80,7 +80,9 @@ for s in $steps; do
       echo "engine: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine.log" | tr '\n' ' ')"
       grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-engine.log" | head -30
       MOEFLUX_CUDA_DEVICE_GDN=1 timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*' >"$OUT/cuda-engine-gdn.log" 2>&1
-      echo "engine, GatedDeltaNet on the device: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine-gdn.log" | tr '\n' ' ')" ;;
+      echo "engine, GatedDeltaNet on the device: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine-gdn.log" | tr '\n' ' ')"
+      MOEFLUX_CUDA_DEVICE_GDN=1 MOEFLUX_CUDA_GRAPHS=0 timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*EngineBatch*qwen3_next*' >"$OUT/cuda-engine-gdn-nographs.log" 2>&1
+      echo "... and no step graphs: rc $? $(grep -E '^\[  (PASSED|FAILED)|B=[0-9]' "$OUT/cuda-engine-gdn-nographs.log" | tr '\n' ' ')" ;;
     cuda-ncu)
       q=$(synth qwen3-30b-a3b 8)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
