@@ -17,7 +17,8 @@
 #               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48); needs FULL=1
 #   cuda-cache  the GPU expert cache: bench --backend cuda on qwen3-30b-a3b (CUDA_LAYERS of 48),
 #               experts streamed (host cache 100%) through GPU budgets CACHE_BUDGETS (10/25/50/100%),
-#               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1)
+#               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1); CACHE_BENCH:
+#               more bench arguments (e.g. "--alternate device_tables")
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 # FULL=1: the full moeflux (tokenizer, server) instead of the engine-only one, with the
@@ -79,7 +80,9 @@ for s in $steps; do
       echo "engine: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine.log" | tr '\n' ' ')"
       grep -E "^\[  FAILED|Failure|Which is|Expected" "$OUT/cuda-engine.log" | head -30
       MOEFLUX_CUDA_DEVICE_GDN=1 timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*' >"$OUT/cuda-engine-gdn.log" 2>&1
-      echo "engine, GatedDeltaNet on the device: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine-gdn.log" | tr '\n' ' ')" ;;
+      echo "engine, GatedDeltaNet on the device: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine-gdn.log" | tr '\n' ' ')"
+      MOEFLUX_CUDA_DEVICE_GDN=1 MOEFLUX_CUDA_GRAPHS=0 timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*EngineBatch*qwen3_next*' >"$OUT/cuda-engine-gdn-nographs.log" 2>&1
+      echo "... and no step graphs: rc $? $(grep -E '^\[  (PASSED|FAILED)|B=[0-9]' "$OUT/cuda-engine-gdn-nographs.log" | tr '\n' ' ')" ;;
     cuda-ncu)
       q=$(synth qwen3-30b-a3b 8)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -117,9 +120,9 @@ PY
           for mode in ${CACHE_MODES:-copy cpu auto}; do
             l="$OUT/cuda-cache-s$skew-${b%\%}-$mode.log"
             timeout 150 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 2 --expert-cache 100% \
-              --gpu-expert-cache "$b" --moe-misses "$mode" >"$l" 2>&1
+              --gpu-expert-cache "$b" --moe-misses "$mode" ${CACHE_BENCH:-} >"$l" 2>&1
             rows <"$l" | sed "s/^/skew $skew gpu $b $mode /"
-            grep -E "gpu expert cache|cpu experts|host-to-device" "$l" | sed "s/^/  /"
+            grep -E "gpu expert cache|device tables|cpu experts|host-to-device|median ratio" "$l" | sed "s/^/  /"
           done
         done
       done ;;

@@ -78,6 +78,7 @@ std::vector<ExpertSlotMap::Placement> ExpertSlotMap::place(int layer, std::span<
       continue;
     }
     ++stats_.misses;
+    int64_t evicted = -1;
     if (!free_.empty()) {
       s = free_.back();
       free_.pop_back();
@@ -86,14 +87,17 @@ std::vector<ExpertSlotMap::Placement> ExpertSlotMap::place(int layer, std::span<
       if (s < 0)
         fail("the GPU expert cache's ", slots(), " slots (", pinned_, " pinned) cannot hold the ", experts.size(),
              " experts one step of layer ", layer, " uses");
-      where_[size_t(slot_key_[size_t(s)])] = -1;
+      evicted = slot_key_[size_t(s)];
+      where_[size_t(evicted)] = -1;
       ++stats_.evictions;
     }
     where_[k] = s;
     slot_key_[size_t(s)] = int64_t(k);
     used_in_[size_t(s)] = step;
     touch(s);
-    out.push_back({s, false});
+    Placement p{s, false};
+    if (evicted >= 0) p.evicted_layer = int(evicted / experts_), p.evicted_expert = int(evicted % experts_);
+    out.push_back(p);
   }
   return out;
 }

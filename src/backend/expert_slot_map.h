@@ -23,6 +23,7 @@ class ExpertSlotMap {
   struct Placement {
     int64_t slot = -1;
     bool hit = false;  // false: the caller must copy the record into the slot
+    int evicted_layer = -1, evicted_expert = -1;  // a miss's slot's previous record (-1: it was free)
   };
   // The slots of `experts` (distinct, of `layer`), in their order. Error when they are more
   // than the slots that are neither pinned nor held by the same call, or out of range.

@@ -44,6 +44,10 @@ class ExpertSource {
   virtual size_t window(int layer) const = 0;
   // The bytes of all expert records it serves (0: unknown), for budgets given as a share.
   virtual uint64_t total_bytes() const { return 0; }
+  // Whether its memory holds every record at once: nothing is ever evicted, and a record,
+  // once read, stays at its address until the source is destroyed (a GPU tier then reads
+  // misses from host memory directly).
+  virtual bool holds_all() const { return false; }
   // Page-locks the buffers its records are in, now and from now on, with `p` (nullptr: undo),
   // so that a device copies them directly. Returns the bytes pinned now; advisory.
   virtual uint64_t pin_host_memory(std::shared_ptr<HostPinner>) { return 0; }

@@ -53,6 +53,8 @@ struct Row {
   Backend::StageTimes stages;      // --profile: the backend's device time per stage
   bool streamed = false;           // expert cache statistics of the measured runs:
   ExpertCacheStats cache;
+  double gpu_miss_bytes = 0;       // routed experts in no GPU slot when used, measured runs
+  double gpu_miss_tokens = 0;      // ... over this many tokens (with --alternate both variants' runs)
 };
 
 std::pair<double, double> mean_sd(const std::vector<double>& v) {
@@ -139,11 +141,16 @@ Runner register_bench(CLI::App& app) {
       disk = bench::disk_read_gbs(files, uint64_t(2) << 30, &disk_direct);
     }
     // Starts the cache statistics at the first measured run.
+    // The GPU expert cache's miss bytes (a backend fact, a running count) at the first measured run.
+    auto gpu_misses = [&] { return std::strtod(be.fact("gpu_miss_bytes").c_str(), nullptr); };
+    double gpu_misses0 = 0;
     auto stats_from = [&](int r) {
       if (cache && r == 0) cache->reset_stats();
+      if (r == 0) gpu_misses0 = gpu_misses();
     };
     auto stats_into = [&](Row& row) {
       if (cache) row.streamed = true, row.cache = cache->stats();
+      row.gpu_miss_bytes = gpu_misses() - gpu_misses0;
     };
     std::mt19937 rng(42);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(model->cfg.vocab_size - 1));
@@ -174,6 +181,7 @@ Runner register_bench(CLI::App& app) {
       for (int v = 0; v < n_var; ++v)
         vrows[size_t(v)].test = name + at + (v == 1 ? " " + a->alternate + "=" + (alt_default ? "0" : "1") : "");
       const bool per_step = alt && steps >= 2;
+      double measured_tokens = 0;
       const int runs = alt && !per_step ? 2 : 1;  // per repetition
       for (int r = -1; r < a->reps; ++r)
         for (int i = 0; i < runs; ++i) {
@@ -211,6 +219,7 @@ Runner register_bench(CLI::App& app) {
             if (per_step && k % 2 == 1 && r >= 0) vrows[1].ratios.push_back(pair[0] / pair[1]);  // flipped's speed / default's
           }
           if (r < 0) continue;
+          measured_tokens += double(done[0] + done[1]);
           for (int v = 0; v < n_var; ++v)
             if (done[v] > 0) tps[size_t(v)].push_back(double(done[v]) / sec[v]), vrows[size_t(v)].seconds += sec[v];
         }
@@ -218,6 +227,7 @@ Runner register_bench(CLI::App& app) {
       for (int v = 0; v < n_var; ++v) {
         Row& row = vrows[size_t(v)];
         stats_into(row);  // with --alternate, the cache statistics cover both variants' runs
+        row.gpu_miss_tokens = measured_tokens;
         std::tie(row.mean, row.sd) = mean_sd(tps[size_t(v)]);
         row.samples = tps[size_t(v)];
       }
@@ -392,6 +402,18 @@ Runner register_bench(CLI::App& app) {
     if (const std::string g = be.fact("gpu_expert_cache"); !g.empty()) {
       std::printf("\ngpu expert cache: %s\n", g.c_str());
       if (ceil.h2d_gbs > 0) std::printf("host-to-device: %.1f GB/s (pinned, measured now)\n", ceil.h2d_gbs);
+    }
+    if (const std::string d = be.fact("device_tables"); !d.empty()) std::printf("device tables: %s\n", d.c_str());
+    if (!be.fact("gpu_miss_bytes").empty() && ceil.h2d_gbs > 0) {
+      // The acceptance bound of a streamed decode: max(resident time, miss bytes / pinned rate).
+      // With --alternate a test's two variants share one count.
+      std::printf("\n| test | ms / token | GPU misses MB / token | their link time at %.1f GB/s, ms / token |\n|---|---|---|---|\n",
+                  ceil.h2d_gbs);
+      for (const auto& r : rows) {
+        const double mb = r.gpu_miss_tokens > 0 ? r.gpu_miss_bytes / r.gpu_miss_tokens / 1e6 : 0.0;
+        std::printf("| %s | %.3f | %.2f | %.3f |\n", r.test.c_str(), r.mean > 0 ? 1e3 / r.mean : 0.0, mb,
+                    mb / ceil.h2d_gbs);
+      }
     }
     if (const std::string c = be.fact("cpu_experts"); !c.empty()) std::printf("cpu experts: %s\n", c.c_str());
     if (const std::string g = be.fact("gpu_memory"); !g.empty()) std::printf("gpu memory: %s\n", g.c_str());

@@ -125,6 +125,7 @@ class ExpertCache final : public ExpertSource {
   const ExpertLayer& layer(int l) const { return files_.layer(l); }
   const std::vector<ExpertLayer>& layers() const { return files_.layers(); }
   uint64_t total_bytes() const override { return total_bytes_; }  // all records of the pack
+  bool holds_all() const override { return opt_.budget_bytes >= total_bytes_; }
   uint64_t pin_host_memory(std::shared_ptr<HostPinner> p) override { return pool_->set_pinner(std::move(p)); }
   ExpertCacheStats stats() const;
   void reset_stats();

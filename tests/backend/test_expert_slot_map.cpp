@@ -1,5 +1,6 @@
 // ExpertSlotMap (the GPU expert cache's bookkeeping): least recently used eviction that never
-// takes a slot the same step placed, pins that stay, dropped records and added layers, errors
+// takes a slot the same step placed and names the record a miss evicts, pins that stay, dropped
+// records and added layers, errors
 // for impossible steps, and hits and
 // misses equal to a straightforward LRU simulation over random routing.
 #include <gtest/gtest.h>
@@ -26,14 +27,20 @@ TEST(ExpertSlotMap, LeastRecentlyUsedGoesFirst) {
   const auto first = m.place(0, std::vector<int32_t>{0, 1, 2});
   EXPECT_EQ(hits(first), (std::vector<bool>{false, false, false}));
   EXPECT_EQ(hits(m.place(0, std::vector<int32_t>{0})), std::vector<bool>{true});
+  EXPECT_EQ(first[2].evicted_layer, -1);  // free slots evict nothing
   const auto p = m.place(0, std::vector<int32_t>{3});  // 1 is the least recently used now
   EXPECT_FALSE(p[0].hit);
   EXPECT_EQ(p[0].slot, first[1].slot);
+  EXPECT_EQ(p[0].evicted_layer, 0);
+  EXPECT_EQ(p[0].evicted_expert, 1);
   EXPECT_EQ(m.slot_of(0, 1), -1);
   EXPECT_EQ(m.slot_of(0, 3), first[1].slot);
   EXPECT_EQ(m.slot_of(0, 0), first[0].slot);
   // Layers are separate keys.
-  EXPECT_FALSE(m.place(1, std::vector<int32_t>{0})[0].hit);
+  const auto other = m.place(1, std::vector<int32_t>{0});
+  EXPECT_FALSE(other[0].hit);
+  EXPECT_EQ(other[0].evicted_layer, 0);  // 2, the least recently used, of layer 0
+  EXPECT_EQ(other[0].evicted_expert, 2);
   EXPECT_EQ(m.stats().lookups, 6u);
   EXPECT_EQ(m.stats().hits, 1u);
   EXPECT_EQ(m.stats().misses, 5u);

@@ -2,8 +2,9 @@
 // streamed from the pack through a small host cache and a GPU cache of 1 slot, 10% and all of
 // the experts gives the same logits, bit for bit, as the resident cuda path, over a prefill and
 // decode steps; a budget that holds no expert is an error naming the option. Skipped without
-// a usable GPU. Misses computed by the CPU instead agree within float rounding; a read error
-// fails one pass and the next works.
+// a usable GPU. With a host cache of every record the small steps read device tables of slots
+// and mapped host records, with the same bits. Misses computed by the CPU instead agree within
+// float rounding; a read error fails one pass and the next works.
 #include <gtest/gtest.h>
 
 #include "backend/registry.h"
@@ -17,7 +18,7 @@ namespace moeflux {
 namespace {
 
 std::unique_ptr<Model> demo_on_gpu(const std::string& gpu_cache, MoeMisses misses = MoeMisses::Copy,
-                                   int cpu_moe_layers = 0) {
+                                   int cpu_moe_layers = 0, const std::string& host_cache = "25%") {
   BackendOptions bo;
   bo.name = "cuda";
   bo.cuda.expert_cache = gpu_cache;
@@ -25,11 +26,12 @@ std::unique_ptr<Model> demo_on_gpu(const std::string& gpu_cache, MoeMisses misse
   bo.cuda.cpu_moe_layers = cpu_moe_layers;
   if (gpu_cache.empty() && cpu_moe_layers == 0) return load_model(test::demo_dir(), MapMode::Map, make_backend(bo));
   StreamOptions o;
-  o.budget = "25%";
+  o.budget = host_cache;
   return load_model(test::demo_dir(), o, make_backend(bo));
 }
 
-// Logits of a 24-token prefill, then 6 greedy decode steps.
+// Logits of a 24-token prefill, then 6 greedy decode steps (the second recorded as a CUDA graph
+// where the step can be, the rest replayed).
 std::vector<std::vector<float>> run(const Model& m) {
   Session s(m);
   const auto ids = test::base_ids(test::kDemo, m);
@@ -63,6 +65,28 @@ TEST(GpuExpertCache, BitIdenticalToResidentAtEveryBudget) {
     for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(test::first_difference(got[i], want[i]), -1) << "step " << i;
     EXPECT_FALSE(m->backend->fact("gpu_expert_cache").empty());
   }
+}
+
+// A host cache that holds every record: small steps read the layers' device tables (GPU slots
+// and mapped host records) with no host round trip, and are recorded as graphs; their routed
+// experts move into slots after each step. The same bits as resident at 1 slot, 10% and all
+// the experts, also with the device_tables switch off.
+TEST(GpuExpertCache, DeviceTablesGiveTheResidentBits) {
+  if (std::string why; !backend_usable("cuda", &why)) GTEST_SKIP() << why;
+  const auto want = run(*demo_on_gpu(""));
+  for (const std::string budget : {"120000", "10%", "100%"})
+    for (const bool tables : {true, false}) {
+      SCOPED_TRACE("--gpu-expert-cache " + budget + (tables ? "" : ", device_tables off"));
+      auto m = demo_on_gpu(budget, MoeMisses::Copy, 0, "100%");
+      m->backend->set_ab_switch("device_tables", tables);
+      const auto got = run(*m);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(test::first_difference(got[i], want[i]), -1) << "step " << i;
+      EXPECT_EQ(m->backend->fact("device_tables").empty(), !tables) << m->backend->fact("device_tables");
+      // A second pass starts from the slots the first one filled.
+      const auto again = run(*m);
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(test::first_difference(again[i], want[i]), -1) << "again, step " << i;
+    }
 }
 
 // One slot: every expert of every step goes through it, one at a time.

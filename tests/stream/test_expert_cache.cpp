@@ -102,6 +102,14 @@ TEST(ExpertCache, DeliversRecordBytesOnEveryIoPath) {
     }
 }
 
+// holds_all: a budget of every record (2 layers of 6) and not one less.
+TEST(ExpertCache, HoldsAllOnlyWithRoomForEveryRecord) {
+  Files f;
+  const uint64_t all = 2 * 6;
+  EXPECT_TRUE(ExpertCache(f.dir.path(), f.layers, opts(all)).holds_all());
+  EXPECT_FALSE(ExpertCache(f.dir.path(), f.layers, opts(all - 1)).holds_all());
+}
+
 TEST(ExpertCache, LruEvictsTheLeastRecentlyUsed) {
   Files f;
   ExpertCache c(f.dir.path(), f.layers, opts(2));

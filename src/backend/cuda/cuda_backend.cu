@@ -89,6 +89,8 @@ CudaBackend::CudaBackend(const CudaOptions& opt) : opt_(opt), pool_(std::make_sh
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (auto& [m, t] : tables_) cudaFree(t.table);
+  for (auto& [m, t] : tiers_by_spec_)  // null: a layer refused a tier
+    if (t) cudaFree(t->table), cudaFreeHost(t->shadow), cudaFreeHost(t->ids);
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec), cudaFree(g.logits);
   for (const Timed& t : timed_) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -148,6 +150,11 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
                   fixed(st.copy_wait_s, 3), " s waiting for host records, ", tiers_.prefetched, " prefetched for prefill");
     }
     f.emplace_back("gpu_expert_cache", line);
+    f.emplace_back("gpu_miss_bytes", cat(tiers_.miss_bytes));
+  }
+  if (tier_reads_.small_steps) {
+    f.emplace_back("device_tables", cat(tier_reads_.small_steps, " layer steps read a device table with no host round trip; ",
+                                        tier_reads_.host_reads, " experts read from host memory"));
   }
   if (tiers_.cpu) {
     f.emplace_back("cpu_experts", cat(tiers_.cpu, " experts, ", tiers_.cpu_rows, " rows, ", fixed(tiers_.cpu_s, 3), " s, ",
@@ -179,6 +186,7 @@ bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "wide_rows") return wide_;
   if (name == "prefill_prefetch") return prefill_prefetch_;
   if (name == "step_graphs") return step_graphs_;
+  if (name == "device_tables") return device_tables_;
   return Backend::ab_switch(name);
 }
 
@@ -186,6 +194,7 @@ void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   if (name == "wide_rows") wide_ = on;
   else if (name == "prefill_prefetch") prefill_prefetch_ = on;
   else if (name == "step_graphs") step_graphs_ = on;
+  else if (name == "device_tables") device_tables_ = on;
   else Backend::set_ab_switch(name, on);
 }
 

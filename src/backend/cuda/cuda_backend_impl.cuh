@@ -46,8 +46,12 @@ class CudaBackend final : public Backend {
   // wide_rows: weights read 16 bytes a lane at a time where their layout allows (else 8
   // values at a time); prefill_prefetch: in prefill, the next layer's streamed experts are
   // copied into the GPU expert cache during this layer's compute; step_graphs: decode steps
-  // recorded and replayed as CUDA graphs (off: every step runs eagerly).
-  std::vector<std::string> ab_switches() const override { return {"wide_rows", "prefill_prefetch", "step_graphs"}; }
+  // recorded and replayed as CUDA graphs (off: every step runs eagerly); device_tables: small
+  // steps of layers whose records the host holds read a device table of slots and mapped host
+  // records with no host round trip (DeviceTier).
+  std::vector<std::string> ab_switches() const override {
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables"};
+  }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
 
@@ -109,13 +113,66 @@ class CudaBackend final : public Backend {
   // the source's records on x (host), their rows scattered into y (device) on the stream.
   void moe_on_host(const MoeSpec& m, const std::vector<float>& x, const std::vector<int32_t>& ids,
                    std::span<const int32_t> on_cpu, std::span<const size_t> bytes, float* y);
+  // After the stream has passed the last streamed layer's work: its held host records go.
+  void release_layer();
+
+  // A streamed MoE layer whose source holds every record in host memory (holds_all), page-
+  // locked and mapped: its experts' views in one device table, each entry pointing at the
+  // expert's GPU slot once its copy is done, else at its record in host memory, which the
+  // kernels then read over the bus. A step of at most kTierRows rows reads the table as it is,
+  // with no host round trip (and is recorded as a graph); admit_routed() copies its routed
+  // experts into slots after the step, and their entries switch once the copies are done.
+  // Every table write is queued on the compute stream, and an evicted record's entry goes back
+  // to host memory before the copy that refills its slot starts (GpuExperts' evict hook).
+  struct DeviceTier {
+    const MoeSpec* spec = nullptr;
+    const ExpertSource* source = nullptr;
+    const uint8_t* base0 = nullptr;     // spec->record_base[0] when made
+    cuda::DW* table = nullptr;          // device: (n_experts, 3)
+    cuda::DW* shadow = nullptr;         // pinned: what the table is given
+    std::vector<cuda::DW> host_views;   // (n_experts, 3): the records in host memory
+    std::vector<bool> on_slot;          // the shadow's entry points at the expert's slot
+    std::vector<size_t> bytes;          // each record's extent
+    int32_t* ids = nullptr;             // pinned: a small step's routed ids (kTierRows x k)
+    int64_t pairs = 0;                  // ... how many (0: none to admit)
+    int fmt_gu = cuda::kNoFmt, fmt_d = cuda::kNoFmt;
+    bool wide_gu = false, wide_d = false;
+  };
+  static constexpr int64_t kTierRows = 16;
+  // m's tier, made at its first call (which syncs); null where the layer takes moe_cached's
+  // other paths (--moe-misses cpu / auto, --cpu-moe-layers, a host cache smaller than the pack,
+  // records not mapped, the device_tables switch off).
+  DeviceTier* device_tier(const MoeSpec& m);
+  // The routed experts of m through its tier: small steps as the table is, larger ones after
+  // placing their experts (up to the slots) and waiting for the copies.
+  void moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
+                const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h,
+                float* y);
+  void tier_write(DeviceTier& t, int32_t e);  // queues entry e of the shadow into the table
+  void tier_point(DeviceTier& t, int32_t e, bool slot);  // the shadow's entry e, queued
+  void tier_evicted(int layer, int expert);    // GpuExperts' evict hook
+  // Counts a step's distinct routed experts (most routed first) and keeps those the slots can
+  // take; the rest were read where their entries point.
+  void tier_keep_placeable(DeviceTier& t, std::vector<int32_t>& used);
+  void switch_filled();                        // entries whose copies are done point at their slots
+  void admit_routed();                         // a step's end: the small steps' routed experts into slots
+  std::unordered_map<const MoeSpec*, std::unique_ptr<DeviceTier>> tiers_by_spec_;
+  std::vector<DeviceTier*> tiers_by_layer_;    // by source layer
+  std::vector<std::pair<DeviceTier*, int32_t>> tier_pending_;  // copies in flight into their slots
+  struct TierReads {
+    uint64_t small_steps = 0, host_reads = 0;  // tier layer-steps without a round trip; experts read from host
+  } tier_reads_;
   std::unique_ptr<cuda::GpuExperts> gpu_experts_;
+  std::vector<cuda::GpuExperts::Placed> held_;  // the last streamed layer's placements
   TierRates rates_;
   cuda::PinnedBuffer pinned_tables_, pinned_rows_;
   struct TierStats {
     uint64_t routed = 0;  // distinct experts of the steps that streamed
     uint64_t hits = 0, copied = 0, cpu = 0;  // ... found in the GPU cache, copied and waited for, on the CPU
     uint64_t cpu_rows = 0, prefetched = 0;
+    // Bytes of the routed experts that were in no GPU slot when their layer ran (copied and
+    // waited for, read over the bus, or computed on the CPU): the fact gpu_miss_bytes.
+    uint64_t miss_bytes = 0;
     double cpu_s = 0, cpu_work = 0;  // cpu_work: record bytes x rows
   } tiers_;
   void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
@@ -177,6 +234,7 @@ class CudaBackend final : public Backend {
   CudaOptions opt_;
   bool wide_ = true;              // the wide_rows switch
   bool prefill_prefetch_ = true;  // the prefill_prefetch switch
+  bool device_tables_ = true;     // the device_tables switch (DeviceTier; off: moe_cached's paths)
   bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)
   // GatedDeltaNet's device kernels ($MOEFLUX_CUDA_DEVICE_GDN=1, read at start: the layers'
   // states are made where it says). Off until a step of three or more qwen3_next sequences

@@ -289,9 +289,14 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
 
 void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   MF_ASSERT(!m.prepared_records);  // this backend has no RecordTransform
-  if (replaying()) return;
-  if (m.source) step_recordable_ = false;  // it waits for the host's reads
   const int64_t T = x.rows, K = m.n_experts_active, E = m.n_experts, dim = m.dim;
+  if (replaying()) {  // the graph's small step leaves its routed ids for admit_routed()
+    if (auto it = tiers_by_spec_.find(&m); m.source && it != tiers_by_spec_.end() && it->second && T <= kTierRows)
+      it->second->pairs = T * K, ++tier_reads_.small_steps;
+    return;
+  }
+  DeviceTier* tier = m.source ? device_tier(m) : nullptr;
+  if (m.source && !(tier && T <= kTierRows)) step_recordable_ = false;  // it waits for the host's reads
   const int64_t hidden = m.experts[0].gate.rows, pairs = T * K, tiles_max = max_tiles(pairs, E);
   Scratch sc(*pool_);
   std::optional<Stage> st(std::in_place, *this, "router");
@@ -320,6 +325,8 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
     experts_gate_up(t.table, t.fmt_gate_up, wide_ && t.wide_gate_up, hidden, dim, x.data, int32_t(K), sorted, tiles, n_tiles, tiles_max, h,
                     stream_);
     experts_down(t.table, t.fmt_down, wide_ && t.wide_down, hidden, dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+  } else if (tier) {
+    moe_tier(*tier, m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
   } else {
     if (opt_.expert_cache.empty() && m.source_layer >= opt_.cpu_moe_layers)
       moe_streamed(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);

@@ -14,7 +14,8 @@ namespace {
 
 struct CudaPinner final : HostPinner {
   bool pin(void* p, size_t bytes) override {
-    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return true;
+    // Mapped too: a GPU tier may read a record in place (cuda_backend_impl.cuh: DeviceTier).
+    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) == cudaSuccess) return true;
     cudaGetLastError();
     return false;
   }
@@ -60,8 +61,27 @@ bool GpuExperts::resident(int layer, int expert) {
   return map_.slot_of(layer, expert) >= 0;
 }
 
+const uint8_t* GpuExperts::slot_data(int layer, int expert) {
+  map_.grow(layer + 1);
+  const int64_t s = map_.slot_of(layer, expert);
+  return s < 0 ? nullptr : arena_ + size_t(s) * extent_;
+}
+
+void GpuExperts::pin_source(ExpertSource& src) {
+  if (&src != pinned_src_) src.pin_host_memory(std::make_shared<CudaPinner>()), pinned_src_ = &src;
+}
+
+bool GpuExperts::copies_idle() {
+  for (cudaEvent_t e : {copies_done_, background_done_}) {
+    const cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) return cudaGetLastError(), false;
+    MF_CUDA(q);
+  }
+  return true;
+}
+
 GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<const int32_t> experts,
-                                     std::span<const size_t> bytes, bool background) {
+                                     std::span<const size_t> bytes, bool background, bool hold) {
   MF_ASSERT(experts.size() == bytes.size());
   map_.grow(layer + 1);
   const auto where = map_.place(layer, experts);
@@ -83,6 +103,10 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
     if (!where[i].hit) {
       missing.push_back(experts[i]), missing_at.push_back(i);
       refills_read_slot |= slot_epoch_[slot] == epoch_;
+      if (evict_hook_ && where[i].evicted_layer >= 0) {
+        evict_hook_(where[i].evicted_layer, where[i].evicted_expert);
+        refills_read_slot = true;  // the copy waits for what the hook queued
+      }
     } else if (std::find(background_slots_.begin(), background_slots_.end(), where[i].slot) != background_slots_.end()) {
       wait_background = true;
     }
@@ -90,7 +114,7 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
   }
   if (wait_background && !background) MF_CUDA(cudaStreamWaitEvent(compute_, background_done_));
   if (missing.empty()) return out;
-  if (&src != pinned_src_) src.pin_host_memory(std::make_shared<CudaPinner>()), pinned_src_ = &src;
+  pin_source(src);
   // A refilled slot may still be read by this step's kernels, queued on the compute stream.
   if (refills_read_slot) {
     MF_CUDA(cudaEventRecord(compute_mark_, compute_));
@@ -124,7 +148,7 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
         if (page_locked(host)) {
           st_.copy_wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
           MF_CUDA(cudaMemcpyAsync(dst, host, bytes[i], cudaMemcpyHostToDevice, copy_));
-          (background ? background_held_ : out.held).push_back(std::move(refs[j]));
+          if (hold) (background ? background_held_ : out.held).push_back(std::move(refs[j]));
           ++done;
           continue;
         }
@@ -151,7 +175,7 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
 }
 
 void GpuExperts::settle() {
-  if (background_slots_.empty() && background_held_.empty()) return;
+  if (background_held_.empty()) return;  // copies of records their callers hold are waited for by no one
   if (cudaEventSynchronize(background_done_) != cudaSuccess) cudaStreamSynchronize(copy_);  // no throwing: end of a step
   background_slots_.clear(), background_held_.clear();
 }

@@ -10,6 +10,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -40,6 +41,16 @@ class GpuExperts {
   size_t extent() const { return extent_; }
   // Whether (layer, expert) has a slot (no use is recorded).
   bool resident(int layer, int expert);
+  // Its slot's bytes on the device, or null. The copy into it may still be in flight
+  // (copies_idle).
+  const uint8_t* slot_data(int layer, int expert);
+  // Called for each record a miss evicts, before the copy that overwrites its slot is issued;
+  // what the hook queues on the compute stream runs before that copy.
+  void set_evict_hook(std::function<void(int layer, int expert)> hook) { evict_hook_ = std::move(hook); }
+  // Page-locks (and maps) the host memory of src's records, once.
+  void pin_source(ExpertSource& src);
+  // Whether every copy issued so far is done (asks the device; does not wait).
+  bool copies_idle();
   // A new layer's step: the kernels of earlier steps are done (the op waited for them), so
   // their slots can be refilled without waiting for the compute stream.
   void begin_step() { ++epoch_; }
@@ -53,15 +64,17 @@ class GpuExperts {
   // long each: hits where they are, misses read through `src` and copied into their slots on
   // the copy stream. The compute stream waits here for earlier background copies that a hit
   // needs. background: no one waits for these copies now (wait_copies() does not cover them;
-  // their host records are held here until settle()).
+  // their host records are held here until settle()). hold = false: the caller keeps the
+  // records in host memory until the copies are done (it holds them for good), and none are
+  // held here.
   // An error reading one leaves it out of the cache and is raised.
   Placed place(ExpertSource& src, int layer, std::span<const int32_t> experts, std::span<const size_t> bytes,
-               bool background = false);
+               bool background = false, bool hold = true);
   // The compute stream waits (on the device) for the copies place() issued, background ones
   // excepted.
   void wait_copies();
-  // Waits for the background copies and lets their host records go (the end of a step: the
-  // host cache may not outlive the step).
+  // Waits for the background copies of held records and lets those go (the end of a step:
+  // the host cache may not outlive the step).
   void settle();
   // After the host has seen the compute stream pass wait_copies(): the device time of the
   // waited copies since the last call, and their bytes (0, 0: none).
@@ -88,6 +101,7 @@ class GpuExperts {
   uint64_t timed_bytes_ = 0;
   GpuExpertStats st_;
   ExpertSource* pinned_src_ = nullptr;
+  std::function<void(int, int)> evict_hook_;
 };
 
 }  // namespace moeflux::cuda

@@ -59,6 +59,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
     MF_CUDA(cudaMemcpyAsync(xh.data(), x, xh.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
   MF_CUDA(cudaStreamSynchronize(stream_));
+  release_layer();  // the previous layer's work is done
   if (gpu_experts_) gpu_experts_->begin_step();
   std::vector<int32_t> per_expert(size_t(E), 0);  // routed rows
   for (int32_t e : ids) ++per_expert[size_t(e)];
@@ -97,7 +98,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
 
   // The GPU's share: hits at once, copied misses after their copies. A step that uses more
   // experts than the cache has slots goes in groups of at most that many.
-  std::vector<GpuExperts::Placed> placed;  // their host records stay held until the end
+  std::vector<GpuExperts::Placed>& placed = held_;  // their host records stay held until release_layer()
   if (!on_gpu.empty()) {
     GpuExperts& g = *gpu_experts_;
     const int fmt_gu = cuda_fmt(m.experts[0].gate), fmt_d = cuda_fmt(m.experts[0].down);
@@ -113,7 +114,10 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
       const std::span<const int32_t> part(on_gpu.data() + i0, n);
       placed.push_back(g.place(*m.source, layer, part, std::span<const size_t>(gpu_bytes.data() + i0, n)));
       const GpuExperts::Placed& p = placed.back();
-      for (bool hit : p.hit) ++(hit ? tiers_.hits : tiers_.copied);
+      for (size_t j = 0; j < n; ++j) {
+        ++(p.hit[j] ? tiers_.hits : tiers_.copied);
+        if (!p.hit[j]) tiers_.miss_bytes += gpu_bytes[i0 + j];
+      }
       DW* ht[2] = {host + (2 * gi) * per_table, host + (2 * gi + 1) * per_table};
       std::fill(ht[0], ht[0] + 2 * per_table, DW{});
       bool any[2] = {false, false};
@@ -146,8 +150,18 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
   if (prefill_prefetch_ && gpu_experts_ && m.next && m.next->source == m.source && T * K >= 2 * E &&
       m.next->source_layer >= opt_.cpu_moe_layers)
     prefetch_layer(*m.next);
+  for (size_t b : cpu_bytes) tiers_.miss_bytes += b;
   if (!on_cpu.empty()) moe_on_host(m, xh, ids, on_cpu, cpu_bytes, y);
-  MF_CUDA(cudaStreamSynchronize(stream_));  // the tables, the rows and the held records are free again
+  // Within a step the next streamed layer's entry, which waits for the stream anyway, frees the
+  // tables, the rows and the held records (release_layer); outside one they are freed now.
+  if (!in_step_) {
+    MF_CUDA(cudaStreamSynchronize(stream_));
+    release_layer();
+  }
+}
+
+void CudaBackend::release_layer() {
+  held_.clear();
   if (gpu_experts_) {
     const auto [s, b] = gpu_experts_->take_copy_time();
     rates_.add_h2d(double(b), s);

@@ -26,7 +26,7 @@ void CudaBackend::begin_step(const StepInfo& step) {
   step_rows_ = int64_t(R);
   step_seq_at_row_.clear();
   step_graphable_ = !step.host_reads && !profiling_ && step_graphs_;  // profiling times each op
-  step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_)});
+  step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_)});
   for (size_t i = 0; i < S; ++i) {
     const StepSeq& q = step.seqs[i];
     staging_[R + i] = int32_t(q.pos0);
@@ -57,7 +57,24 @@ void CudaBackend::begin_step(const StepInfo& step) {
 }
 
 void CudaBackend::end_step(bool ok) {
+  if (!held_.empty()) {  // the host cache may not outlive the step; no throwing here
+    cudaStreamSynchronize(stream_);
+    try {
+      release_layer();
+    } catch (const Error&) {
+      held_.clear();
+    }
+  }
   if (gpu_experts_) gpu_experts_->settle();
+  if (!tiers_by_spec_.empty() && ok) {  // the step's logits were read: its work is done
+    try {
+      gpu_experts_->take_copy_time();  // a prefill's waited-for copies, for the statistics
+      switch_filled();
+      admit_routed();
+    } catch (const Error&) {
+      // Advisory: the records stay where their entries say (host memory); the next step reads them there.
+    }
+  }
   if (mode_ == Mode::Capture) {  // the step ended (or threw) before logits() ended the capture
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(stream_, &g);
