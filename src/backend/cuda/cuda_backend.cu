@@ -154,7 +154,9 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
   }
   if (tier_reads_.small_steps) {
     f.emplace_back("device_tables", cat(tier_reads_.small_steps, " layer steps read a device table with no host round trip; ",
-                                        tier_reads_.host_reads, " experts read from host memory"));
+                                        tier_reads_.host_reads, " experts read from host memory; admitting a step's experts took ",
+                                        fixed(tier_reads_.admits ? 1e6 * tier_reads_.admit_s / double(tier_reads_.admits) : 0.0, 1),
+                                        " us of host time"));
   }
   if (tiers_.cpu) {
     f.emplace_back("cpu_experts", cat(tiers_.cpu, " experts, ", tiers_.cpu_rows, " rows, ", fixed(tiers_.cpu_s, 3), " s, ",

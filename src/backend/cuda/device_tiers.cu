@@ -4,6 +4,7 @@
 // their experts first. The table's entries change only through tier_point(), on the compute
 // stream.
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <vector>
 
@@ -143,12 +144,37 @@ void CudaBackend::tier_keep_placeable(DeviceTier& t, std::vector<int32_t>& used)
   if (used.size() > cap) used.resize(cap);
 }
 
-void CudaBackend::admit_routed() {
+void CudaBackend::stash_routed() {
   for (DeviceTier* t : tiers_by_layer_) {
     if (!t || t->pairs == 0) continue;
-    const MoeSpec& m = *t->spec;
-    std::vector<int32_t> used = most_routed(std::span<const int32_t>(t->ids, size_t(t->pairs)), m.n_experts);
+    t->routed.assign(t->ids, t->ids + t->pairs);
     t->pairs = 0;
+    admit_due_ = true;
+  }
+}
+
+void CudaBackend::admit_stashed(bool step_in_flight) {
+  if (!admit_due_) return;
+  admit_due_ = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (step_in_flight) gpu_experts_->copies_after_compute();  // the step may read any slot
+    gpu_experts_->take_copy_time();  // a prefill's waited-for copies, for the statistics
+    switch_filled();
+    admit_routed();
+  } catch (const Error&) {
+    // Advisory: the records stay where their entries say (host memory); later steps read them there.
+  }
+  tier_reads_.admit_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++tier_reads_.admits;
+}
+
+void CudaBackend::admit_routed() {
+  for (DeviceTier* t : tiers_by_layer_) {
+    if (!t || t->routed.empty()) continue;
+    const MoeSpec& m = *t->spec;
+    std::vector<int32_t> used = most_routed(t->routed, m.n_experts);
+    t->routed.clear();
     tier_keep_placeable(*t, used);
     std::vector<size_t> bytes;
     for (int32_t e : used) bytes.push_back(t->bytes[size_t(e)]);
@@ -177,6 +203,7 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
     MF_CUDA(cudaStreamSynchronize(stream_));
     switch_filled();
     GpuExperts& g = *gpu_experts_;
+    g.begin_step();  // the kernels of earlier layers are done: their slots refill without waiting
     std::vector<int32_t> used = most_routed(ids, m.n_experts);
     tier_keep_placeable(t, used);
     std::vector<size_t> bytes;
@@ -196,6 +223,9 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
   experts_gate_up(t.table, t.fmt_gu, wide_ && t.wide_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max,
                   h, stream_);
   experts_down(t.table, t.fmt_d, wide_ && t.wide_d, hidden, m.dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+  // A prefill's next layer: its experts start coming during this layer's compute, as in moe_cached.
+  if (T > kTierRows && prefill_prefetch_ && m.next && m.next->source == m.source && T * K >= 2 * m.n_experts)
+    prefetch_layer(*m.next);
   if (T <= kTierRows) {  // the routed ids, for admit_routed() after the step
     MF_CUDA(cudaMemcpyAsync(t.ids, ids_dev, size_t(T * K) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     t.pairs = T * K;

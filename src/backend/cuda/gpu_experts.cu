@@ -71,6 +71,11 @@ void GpuExperts::pin_source(ExpertSource& src) {
   if (&src != pinned_src_) src.pin_host_memory(std::make_shared<CudaPinner>()), pinned_src_ = &src;
 }
 
+void GpuExperts::copies_after_compute() {
+  MF_CUDA(cudaEventRecord(compute_mark_, compute_));
+  MF_CUDA(cudaStreamWaitEvent(copy_, compute_mark_));
+}
+
 bool GpuExperts::copies_idle() {
   for (cudaEvent_t e : {copies_done_, background_done_}) {
     const cudaError_t q = cudaEventQuery(e);
@@ -103,10 +108,7 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
     if (!where[i].hit) {
       missing.push_back(experts[i]), missing_at.push_back(i);
       refills_read_slot |= slot_epoch_[slot] == epoch_;
-      if (evict_hook_ && where[i].evicted_layer >= 0) {
-        evict_hook_(where[i].evicted_layer, where[i].evicted_expert);
-        refills_read_slot = true;  // the copy waits for what the hook queued
-      }
+      if (evict_hook_ && where[i].evicted_layer >= 0) evict_hook_(where[i].evicted_layer, where[i].evicted_expert);
     } else if (std::find(background_slots_.begin(), background_slots_.end(), where[i].slot) != background_slots_.end()) {
       wait_background = true;
     }
