@@ -26,7 +26,8 @@ void CudaBackend::begin_step(const StepInfo& step) {
   step_rows_ = int64_t(R);
   step_seq_at_row_.clear();
   step_graphable_ = !step.host_reads && !profiling_ && step_graphs_;  // profiling times each op
-  step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_)});
+  step_key_.assign(
+      {uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_), uintptr_t(tc_prefill_)});
   for (size_t i = 0; i < S; ++i) {
     const StepSeq& q = step.seqs[i];
     staging_[R + i] = int32_t(q.pos0);
@@ -112,7 +113,7 @@ void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
     StepGraph g;
     MF_CUDA(cudaMalloc(&g.logits, n * sizeof(float)));
     g.logits_floats = n;
-    cuda::matmul(dw(head), x.data, x.rows, g.logits, stream_);
+    mm(dw(head), x.data, x.rows, g.logits);
     cudaGraph_t graph = nullptr;
     mode_ = Mode::Eager;  // the capture is over whatever happens next
     MF_CUDA(cudaStreamEndCapture(stream_, &graph));
@@ -127,7 +128,7 @@ void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
   }
   Scratch sc(*pool_);
   float* y = sc.get<float>(n);
-  cuda::matmul(dw(head), x.data, x.rows, y, stream_);
+  mm(dw(head), x.data, x.rows, y);
   MF_CUDA(cudaMemcpyAsync(logits, y, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MF_CUDA(cudaStreamSynchronize(stream_));
 }
