@@ -143,7 +143,6 @@ class CudaBackend final : public Backend {
     std::vector<size_t> bytes;          // each record's extent
     int32_t* ids = nullptr;             // pinned: a small step's routed ids (kTierRows x k)
     int64_t pairs = 0;                  // ... how many (0: none to admit)
-    std::vector<int32_t> routed;        // the last step's ids, stashed for admit_stashed()
     int fmt_gu = cuda::kNoFmt, fmt_d = cuda::kNoFmt;
     bool wide_gu = false, wide_d = false;
   };
@@ -163,20 +162,17 @@ class CudaBackend final : public Backend {
   // take; the rest were read where their entries point.
   void tier_keep_placeable(DeviceTier& t, std::vector<int32_t>& used);
   void switch_filled();                        // entries whose copies are done point at their slots
-  // A step's end stashes its small steps' routed ids; the next step admits them into slots:
-  // a replayed one right after its launch, while the device runs it (its table writes and
-  // copies follow it on the streams), any other before its work.
-  void stash_routed();
-  void admit_stashed(bool step_in_flight);
+  // A step's end (the stream idle): its small steps' routed experts into slots (background
+  // copies, least recently used out), and the entries of finished copies switched.
   void admit_routed();
-  bool admit_due_ = false;
+  void admit_layer(DeviceTier& t);
   std::unordered_map<const MoeSpec*, std::unique_ptr<DeviceTier>> tiers_by_spec_;
   std::vector<DeviceTier*> tiers_by_layer_;    // by source layer
   std::vector<std::pair<DeviceTier*, int32_t>> tier_pending_;  // copies in flight into their slots
   struct TierReads {
     uint64_t small_steps = 0, host_reads = 0;  // tier layer-steps without a round trip; experts read from host
     uint64_t admits = 0;
-    double admit_s = 0;  // host time of admit_stashed()
+    double admit_s = 0;  // host time of admit_routed()
   } tier_reads_;
   std::unique_ptr<cuda::GpuExperts> gpu_experts_;
   std::vector<cuda::GpuExperts::Placed> held_;  // the last streamed layer's placements

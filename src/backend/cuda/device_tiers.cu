@@ -144,24 +144,14 @@ void CudaBackend::tier_keep_placeable(DeviceTier& t, std::vector<int32_t>& used)
   if (used.size() > cap) used.resize(cap);
 }
 
-void CudaBackend::stash_routed() {
-  for (DeviceTier* t : tiers_by_layer_) {
-    if (!t || t->pairs == 0) continue;
-    t->routed.assign(t->ids, t->ids + t->pairs);
-    t->pairs = 0;
-    admit_due_ = true;
-  }
-}
-
-void CudaBackend::admit_stashed(bool step_in_flight) {
-  if (!admit_due_) return;
-  admit_due_ = false;
+void CudaBackend::admit_routed() {
+  if (tiers_by_layer_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    if (step_in_flight) gpu_experts_->copies_after_compute();  // the step may read any slot
     gpu_experts_->take_copy_time();  // a prefill's waited-for copies, for the statistics
     switch_filled();
-    admit_routed();
+    for (DeviceTier* t : tiers_by_layer_)
+      if (t && t->pairs > 0) admit_layer(*t);
   } catch (const Error&) {
     // Advisory: the records stay where their entries say (host memory); later steps read them there.
   }
@@ -169,24 +159,20 @@ void CudaBackend::admit_stashed(bool step_in_flight) {
   ++tier_reads_.admits;
 }
 
-void CudaBackend::admit_routed() {
-  for (DeviceTier* t : tiers_by_layer_) {
-    if (!t || t->routed.empty()) continue;
-    const MoeSpec& m = *t->spec;
-    std::vector<int32_t> used = most_routed(t->routed, m.n_experts);
-    t->routed.clear();
-    tier_keep_placeable(*t, used);
-    std::vector<size_t> bytes;
-    for (int32_t e : used) bytes.push_back(t->bytes[size_t(e)]);
-    const GpuExperts::Placed p =
-        gpu_experts_->place(*m.source, m.source_layer, used, bytes, /*background=*/true, /*hold=*/false);
-    for (size_t j = 0; j < used.size(); ++j) {
-      const bool on_slot = t->on_slot[size_t(used[j])];
-      ++(p.hit[j] && on_slot ? tiers_.hits : tiers_.copied);
-      if (!on_slot) ++tier_reads_.host_reads, tiers_.miss_bytes += t->bytes[size_t(used[j])];  // read from host memory
-      if (!on_slot && std::find(tier_pending_.begin(), tier_pending_.end(), std::pair(t, used[j])) == tier_pending_.end())
-        tier_pending_.emplace_back(t, used[j]);
-    }
+void CudaBackend::admit_layer(DeviceTier& t) {
+  const MoeSpec& m = *t.spec;
+  std::vector<int32_t> used = most_routed(std::span<const int32_t>(t.ids, size_t(t.pairs)), m.n_experts);
+  t.pairs = 0;
+  tier_keep_placeable(t, used);
+  std::vector<size_t> bytes;
+  for (int32_t e : used) bytes.push_back(t.bytes[size_t(e)]);
+  const GpuExperts::Placed p = gpu_experts_->place(*m.source, m.source_layer, used, bytes, /*background=*/true, /*hold=*/false);
+  for (size_t j = 0; j < used.size(); ++j) {
+    const bool on_slot = t.on_slot[size_t(used[j])];
+    ++(p.hit[j] && on_slot ? tiers_.hits : tiers_.copied);
+    if (!on_slot) ++tier_reads_.host_reads, tiers_.miss_bytes += t.bytes[size_t(used[j])];  // read from host memory
+    if (!on_slot && std::find(tier_pending_.begin(), tier_pending_.end(), std::pair(&t, used[j])) == tier_pending_.end())
+      tier_pending_.emplace_back(&t, used[j]);
   }
 }
 

@@ -71,11 +71,6 @@ void GpuExperts::pin_source(ExpertSource& src) {
   if (&src != pinned_src_) src.pin_host_memory(std::make_shared<CudaPinner>()), pinned_src_ = &src;
 }
 
-void GpuExperts::copies_after_compute() {
-  MF_CUDA(cudaEventRecord(compute_mark_, compute_));
-  MF_CUDA(cudaStreamWaitEvent(copy_, compute_mark_));
-}
-
 bool GpuExperts::copies_idle() {
   for (cudaEvent_t e : {copies_done_, background_done_}) {
     const cudaError_t q = cudaEventQuery(e);

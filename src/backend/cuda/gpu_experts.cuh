@@ -47,15 +47,12 @@ class GpuExperts {
   // Called for each record a miss evicts, before the copy that overwrites its slot is issued.
   // The copy does not wait for what the hook queues on the compute stream: the hook's caller
   // makes sure no kernel reads the slot in between (slots read by the layer in flight wait
-  // through their epoch; copies_after_compute() covers a whole step in flight).
+  // through their epoch; a step's end has none in flight).
   void set_evict_hook(std::function<void(int layer, int expert)> hook) { evict_hook_ = std::move(hook); }
   // Page-locks (and maps) the host memory of src's records, once.
   void pin_source(ExpertSource& src);
   // Whether every copy issued so far is done (asks the device; does not wait).
   bool copies_idle();
-  // Copies issued from now on start after the work queued on the compute stream so far (which
-  // may read any slot).
-  void copies_after_compute();
   // A new layer's step: the kernels of earlier steps are done (the op waited for them), so
   // their slots can be refilled without waiting for the compute stream.
   void begin_step() { ++epoch_; }

@@ -47,11 +47,8 @@ void CudaBackend::begin_step(const StepInfo& step) {
   if (step_graphable_) {
     if (auto it = graphs_.find(step_key_); it != graphs_.end()) {
       mode_ = Mode::Replay, replay_ = &it->second;
-      return;  // the graph copies the staging itself; logits() admits the last step's experts
+      return;  // the graph copies the staging itself
     }
-  }
-  admit_stashed(false);  // before a capture starts: its copies and table writes are no part of the step
-  if (step_graphable_) {
     if (recordable_.count(step_key_)) {
       MF_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
       mode_ = Mode::Capture;
@@ -70,7 +67,7 @@ void CudaBackend::end_step(bool ok) {
     }
   }
   if (gpu_experts_) gpu_experts_->settle();
-  if (ok) stash_routed();  // the step's logits were read: its routed ids are in
+  if (ok) admit_routed();  // the step's logits were read: its work is done
   if (mode_ == Mode::Capture) {  // the step ended (or threw) before logits() ended the capture
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(stream_, &g);
@@ -104,7 +101,6 @@ void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
   if (mode_ == Mode::Replay) {
     MF_ASSERT(replay_->logits_floats == n);
     MF_CUDA(cudaGraphLaunch(replay_->exec, stream_));
-    admit_stashed(true);  // while the device runs the step; what it queues follows the step
     MF_CUDA(cudaMemcpyAsync(logits, replay_->logits, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     MF_CUDA(cudaStreamSynchronize(stream_));
     return;
