@@ -241,8 +241,9 @@ class TestSource final : public ExpertSource {
 // Expert e's weights placed in a record as the source holds it; the views point at the same
 // offsets in `image` (record_base), whose bytes are NaN codes and scales: only an op that
 // computes with the fetched bytes gets ref's result.
-SwiGlu place_expert(OpRun& r, const WSpec& f, uint32_t seed, AlignedVector<uint8_t>& rec, AlignedVector<uint8_t>& image) {
-  OwnedWeight* os[3] = {&r.raw(f, kHidden, kDim, seed), &r.raw(f, kHidden, kDim, seed + 1), &r.raw(f, kDim, kHidden, seed + 2)};
+SwiGlu place_expert(OpRun& r, const WSpec& f, uint32_t seed, AlignedVector<uint8_t>& rec, AlignedVector<uint8_t>& image,
+                    int64_t dim = kDim, int64_t hidden = kHidden) {
+  OwnedWeight* os[3] = {&r.raw(f, hidden, dim, seed), &r.raw(f, hidden, dim, seed + 1), &r.raw(f, dim, hidden, seed + 2)};
   size_t bytes = 0;
   for (OwnedWeight* o : os) bytes += o->data.size() + o->scales.size() + o->biases.size() + 3 * 64;
   rec.assign(bytes, 0), image.assign(bytes, 0xff);
@@ -273,6 +274,7 @@ void add_moe(std::vector<OpCase>& cases) {
     int n_shared;
     bool shared_gate;
     size_t window;  // 0: experts resident, else streamed in windows of this many
+    int64_t dim = kDim, hidden = kHidden;
   };
   for (const C& c : {C{"softmax_topk_q4g32", affine(4, 32), RouteKind::SoftmaxTopK, 1, 0, false, 0},
                      C{"softmax_topk_q4g32", affine(4, 32), RouteKind::SoftmaxTopK, 6, 0, false, 0},
@@ -288,36 +290,44 @@ void add_moe(std::vector<OpCase>& cases) {
                      C{"sigmoid_grouped_fp8_streamed_w4", fp8(128, 128), RouteKind::SigmoidGrouped, 5, 1, false, 4},
                      C{"softmax_topk_q4g32_shared_gate", affine(4, 32), RouteKind::SoftmaxTopK, kPrefillT, 1, true, 0},
                      C{"sigmoid_grouped_q8g64", affine(8, 64), RouteKind::SigmoidGrouped, 3 * kPrefillT, 0, false, 0},
-                     C{"topk_softmax_q4g64_streamed_w3", affine(4, 64), RouteKind::TopKSoftmax, 2 * kPrefillT, 1, false, 3}})
+                     C{"topk_softmax_q4g64_streamed_w3", affine(4, 64), RouteKind::TopKSoftmax, 2 * kPrefillT, 1, false, 3},
+                     // Experts with at least 16 pairs (some 33 or more: two tiles), which the cuda
+                     // backend runs on tensor cores (mma_rows.cu), beside experts with fewer (q8g32,
+                     // T 64: 12 to 19 pairs an expert); widths of whole 64-column stages and a half
+                     // one (q8g32: dim 288, hidden 160).
+                     C{"softmax_topk_q4g64_tc", affine(4, 64), RouteKind::SoftmaxTopK, 128, 0, false, 0, 320, 192},
+                     C{"topk_softmax_q8g32_shared_gate_tc", affine(8, 32), RouteKind::TopKSoftmax, 64, 1, true, 0, 288, 160},
+                     C{"sigmoid_grouped_q8g64_tc", affine(8, 64), RouteKind::SigmoidGrouped, 96, 0, false, 0, 256, 384},
+                     C{"softmax_topk_q4g64_streamed_w3_tc", affine(4, 64), RouteKind::SoftmaxTopK, 128, 1, false, 3, 256, 128}})
     cases.push_back({std::string("moe_") + c.name + tokens(c.T), Op::Moe, kTol, [c](OpRun& r) {
                        const int64_t n_experts = 8;
                        MoeSpec& m = r.keep(std::make_unique<MoeSpec>());
-                       m.dim = kDim, m.n_experts = n_experts, m.n_experts_active = c.kind == RouteKind::SigmoidGrouped ? 3 : 2;
-                       m.router = r.weight(dense(DType::BF16), n_experts, kDim, 91);
+                       m.dim = c.dim, m.n_experts = n_experts, m.n_experts_active = c.kind == RouteKind::SigmoidGrouped ? 3 : 2;
+                       m.router = r.weight(dense(DType::BF16), n_experts, c.dim, 91);
                        m.route.kind = c.kind, m.route.n_experts = n_experts, m.route.k = m.n_experts_active;
                        m.route.renorm = c.T % 2 == 0;
                        m.route.grouped = GroupedRouteParams{n_experts, 4, 2, m.n_experts_active, true, 2.5f};
                        if (c.kind == RouteKind::SigmoidGrouped) m.route.bias = randn(size_t(n_experts), 92, 0.1f);
                        if (!c.window) {
                          for (int64_t e = 0; e < n_experts; ++e)
-                           m.experts.push_back(swiglu_weights(r, c.f, uint32_t(200 + 3 * e)));
+                           m.experts.push_back(swiglu_weights(r, c.f, uint32_t(200 + 3 * e), c.dim, c.hidden));
                        } else {
                          auto& src = r.keep(std::make_unique<TestSource>());
                          auto& images = r.keep(std::make_unique<std::vector<AlignedVector<uint8_t>>>(size_t(n_experts)));
                          src.records.resize(size_t(n_experts)), src.win = c.window;
                          for (int64_t e = 0; e < n_experts; ++e) {
                            const size_t i = size_t(e);
-                           m.experts.push_back(place_expert(r, c.f, uint32_t(200 + 3 * e), src.records[i], images[i]));
+                           m.experts.push_back(place_expert(r, c.f, uint32_t(200 + 3 * e), src.records[i], images[i], c.dim, c.hidden));
                            m.record_base.push_back(images[i].data());
                          }
                          m.source = &src, m.source_layer = 0;
                          src.transform = r.b.expert_record_transform(m, /*all_cached=*/true);
                          m.prepared_records = bool(src.transform);
                        }
-                       for (int i = 0; i < c.n_shared; ++i) m.shared.push_back(swiglu_weights(r, c.f, uint32_t(300 + 3 * i)));
-                       if (c.shared_gate) m.shared_gate = r.weight(c.f, 1, kDim, 93), m.has_shared_gate = true;
-                       const Act y = r.act(c.T, kDim);
-                       r.b.moe(m, r.act(c.T, kDim, randn(size_t(c.T * kDim), 94)), y);
+                       for (int i = 0; i < c.n_shared; ++i) m.shared.push_back(swiglu_weights(r, c.f, uint32_t(300 + 3 * i), c.dim, c.hidden));
+                       if (c.shared_gate) m.shared_gate = r.weight(c.f, 1, c.dim, 93), m.has_shared_gate = true;
+                       const Act y = r.act(c.T, c.dim);
+                       r.b.moe(m, r.act(c.T, c.dim, randn(size_t(c.T * c.dim), 94)), y);
                        return r.host(y);
                      }});
 }

@@ -160,8 +160,10 @@ void add_rope(std::vector<OpCase>& cases) {
 }
 
 // Non-finite inputs of a matmul case: an infinity in x (the CPU's integer paths refuse it),
-// or the two fp8 NaN codes (S.1111.111) in rows 3 (last column: a vector tail) and 5.
-enum class NonFinite { None, InfX, Fp8Nan };
+// or the two fp8 NaN codes (S.1111.111) in rows 3 (last column: a vector tail) and 5. Scaled
+// (all finite): rows of x far apart in magnitude (row 1 times 1e6, row 2 times 1e-6, row 3
+// zeros), which the tensor-core path splits into f16 by a power of two per row.
+enum class NonFinite { None, InfX, Fp8Nan, Scaled };
 
 // ys[i] = x W_i^T over weights sharing x (rows each); each output non-finite where ref's is.
 OpCase matmul_case(const std::string& name, std::vector<std::pair<WSpec, int64_t>> ws, int64_t cols, int64_t T,
@@ -177,6 +179,9 @@ OpCase matmul_case(const std::string& name, std::vector<std::pair<WSpec, int64_t
                                    nf == NonFinite::Fp8Nan ? nan_codes : std::function<void(OwnedWeight&)>{}));
             auto x = randn(size_t(T * cols), 32);
             if (nf == NonFinite::InfX) x[size_t(cols / 2)] = INFINITY;
+            if (nf == NonFinite::Scaled)
+              for (int64_t c = 0; c < cols; ++c)
+                x[size_t(cols + c)] *= 1e6f, x[size_t(2 * cols + c)] *= 1e-6f, x[size_t(3 * cols + c)] = 0.0f;
             std::vector<const QWeight*> wp;
             std::vector<Act> ys;
             for (const QWeight& wi : w) wp.push_back(&wi), ys.push_back(r.act(T, wi.rows));
@@ -186,6 +191,29 @@ OpCase matmul_case(const std::string& name, std::vector<std::pair<WSpec, int64_t
               for (float v : r.host(y)) out.push_back(v);
             return out;
           }};
+}
+
+// Steps of at least kTcRows (16) rows: the cuda backend runs affine 4-bit and 8-bit weights with
+// groups of 32 or more on tensor cores (mma_rows.cu), in tiles of 32 rows x 256 weight rows over
+// stages of 64 columns. Whole and ragged tiles (64, 100 rows), weight rows past a tile (300,
+// 513), columns that end a stage half-way (3 groups of 32: 96), scale types, several weights
+// sharing x (some on tensor cores, some not), an infinity in x, rows of x far apart in size.
+void add_tc_matmuls(std::vector<OpCase>& cases) {
+  for (const WSpec& f : {affine(4, 64), affine(8, 64), affine(4, 32), affine(8, 32), affine(4, 128), affine(4, 64, DType::F16),
+                         affine(8, 32, DType::F32)})
+    for (int64_t T : {64, 100}) {
+      const int64_t cols = ragged_cols(f);
+      cases.push_back(matmul_case(f.name() + "_300x" + std::to_string(cols), {{f, 300}}, cols, T));
+    }
+  for (const WSpec& f : {affine(4, 64), affine(8, 64)})
+    cases.push_back(matmul_case(f.name() + "_513x2048", {{f, 513}}, 2048, 40));
+  cases.push_back(matmul_case("q4g64_67x320", {{affine(4, 64), 67}}, 320, 16));
+  cases.push_back(matmul_case("qkv_q4g64", {{affine(4, 64), 64}, {affine(4, 64), 32}, {affine(4, 64), 32}}, 192, 64));
+  cases.push_back(matmul_case("qkv_q4g64_q8g32", {{affine(4, 64), 300}, {affine(8, 32), 32}, {affine(4, 64), 40}}, 192, 33));
+  cases.push_back(matmul_case("mixed", {{dense(DType::BF16), 67}, {affine(8, 32), 13}, {fp8(128, 128), 40}}, 96, 64));
+  cases.push_back(matmul_case("q4g64_67x192_inf", {{affine(4, 64), 67}}, 192, 64, NonFinite::InfX));
+  cases.push_back(matmul_case("q8g64_67x192_scaled", {{affine(8, 64), 67}}, 192, 64, NonFinite::Scaled));
+  cases.push_back(matmul_case("q4g32_67x96_scaled", {{affine(4, 32), 67}}, 96, 100, NonFinite::Scaled));
 }
 
 void add_matmuls(std::vector<OpCase>& cases) {
@@ -207,6 +235,7 @@ void add_matmuls(std::vector<OpCase>& cases) {
   cases.push_back(matmul_case("q4g64_64x2048_inf", {{affine(4, 64), 64}}, 2048, 1, NonFinite::InfX));
   for (int64_t cols : {40, 128})
     cases.push_back(matmul_case("fp8nan_8x" + std::to_string(cols), {{fp8(4, 16, DType::F32), 8}}, cols, 1, NonFinite::Fp8Nan));
+  add_tc_matmuls(cases);
 }
 
 void add_logits(std::vector<OpCase>& cases) {

@@ -154,7 +154,9 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
   }
   if (tier_reads_.small_steps) {
     f.emplace_back("device_tables", cat(tier_reads_.small_steps, " layer steps read a device table with no host round trip; ",
-                                        tier_reads_.host_reads, " experts read from host memory"));
+                                        tier_reads_.host_reads, " experts read from host memory; admitting a step's experts took ",
+                                        fixed(tier_reads_.admits ? 1e6 * tier_reads_.admit_s / double(tier_reads_.admits) : 0.0, 1),
+                                        " us of host time"));
   }
   if (tiers_.cpu) {
     f.emplace_back("cpu_experts", cat(tiers_.cpu, " experts, ", tiers_.cpu_rows, " rows, ", fixed(tiers_.cpu_s, 3), " s, ",
@@ -187,6 +189,7 @@ bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "prefill_prefetch") return prefill_prefetch_;
   if (name == "step_graphs") return step_graphs_;
   if (name == "device_tables") return device_tables_;
+  if (name == "tc_prefill") return tc_prefill_;
   return Backend::ab_switch(name);
 }
 
@@ -195,6 +198,7 @@ void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   else if (name == "prefill_prefetch") prefill_prefetch_ = on;
   else if (name == "step_graphs") step_graphs_ = on;
   else if (name == "device_tables") device_tables_ = on;
+  else if (name == "tc_prefill") tc_prefill_ = on;
   else Backend::set_ab_switch(name, on);
 }
 
@@ -285,7 +289,25 @@ void CudaBackend::matmul(std::span<const QWeight* const> ws, Act x, std::span<co
   std::vector<DW> d;
   std::vector<float*> out;
   for (size_t i = 0; i < ws.size(); ++i) d.push_back(dw(*ws[i])), out.push_back(ys[i].data);
-  cuda::matmul(std::span<const DW>(d), x.data, x.rows, std::span<float* const>(out), stream_);
+  mm(std::span<const DW>(d), x.data, x.rows, std::span<float* const>(out));
+}
+
+void CudaBackend::mm(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys) {
+  MF_ASSERT(ws.size() == ys.size());
+  if (!tc_prefill_ || T < kTcRows) return cuda::matmul(ws, x, T, ys, stream_);
+  std::vector<DW> tw, rw;
+  std::vector<float*> ty, ry;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const bool tc = tc_rows(ws[i]);
+    (tc ? tw : rw).push_back(ws[i]), (tc ? ty : ry).push_back(ys[i]);
+  }
+  if (!tw.empty()) matmul_tc(tw, x, T, ty, *pool_, stream_);
+  if (!rw.empty()) cuda::matmul(rw, x, T, ry, stream_);
+}
+
+void CudaBackend::mm(const DW& w, const float* x, int64_t T, float* y) {
+  float* ys[1] = {y};
+  mm(std::span<const DW>(&w, 1), x, T, ys);
 }
 
 }  // namespace moeflux

@@ -48,9 +48,11 @@ class CudaBackend final : public Backend {
   // copied into the GPU expert cache during this layer's compute; step_graphs: decode steps
   // recorded and replayed as CUDA graphs (off: every step runs eagerly); device_tables: small
   // steps of layers whose records the host holds read a device table of slots and mapped host
-  // records with no host round trip (DeviceTier).
+  // records with no host round trip (DeviceTier); tc_prefill: steps and experts of at least
+  // kTcRows rows with affine 4-bit or 8-bit weights on tensor cores (mma_rows.cu; off: the
+  // warp-per-row kernels).
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables"};
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
@@ -99,12 +101,18 @@ class CudaBackend final : public Backend {
   // w's view with device pointers (mirroring its bytes on first use).
   cuda::DW dw(const QWeight& w) const;
   const float* dvec(const std::vector<float>& v) const;
+  // ys[i] = x ws[i]^T: on tensor cores (matmul_tc) the weights that can when the step has at
+  // least kTcRows rows and tc_prefill is on, the others through cuda::matmul.
+  void mm(std::span<const cuda::DW> ws, const float* x, int64_t T, std::span<float* const> ys);
+  void mm(const cuda::DW& w, const float* x, int64_t T, float* y);
+  // Whether m's routed experts with at least kTcRows pairs run on tensor cores.
+  bool tc_experts(const MoeSpec& m) const;
   const ExpertTable& expert_table(const MoeSpec& m);
   void swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float* out);
   // Streamed experts through the GPU expert cache (--gpu-expert-cache, made at the first call)
   // and the CPU (--moe-misses, --cpu-moe-layers): moe_tiers.cu.
-  void moe_cached(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
-                  const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
+  void moe_cached(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const cuda::PairTiles& pt,
+                  float* h, float* y);
   cuda::GpuExperts& gpu_experts(const MoeSpec& m, size_t extent);
   // Starts copying the experts of `next` that are not in the GPU cache (at most half the
   // slots) in the background: a prefill's next layer uses nearly all of them.
@@ -146,8 +154,7 @@ class CudaBackend final : public Backend {
   // The routed experts of m through its tier: small steps as the table is, larger ones after
   // placing their experts (up to the slots) and waiting for the copies.
   void moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
-                const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h,
-                float* y);
+                const cuda::PairTiles& pt, float* h, float* y);
   void tier_write(DeviceTier& t, int32_t e);  // queues entry e of the shadow into the table
   void tier_point(DeviceTier& t, int32_t e, bool slot);  // the shadow's entry e, queued
   void tier_evicted(int layer, int expert);    // GpuExperts' evict hook
@@ -155,12 +162,17 @@ class CudaBackend final : public Backend {
   // take; the rest were read where their entries point.
   void tier_keep_placeable(DeviceTier& t, std::vector<int32_t>& used);
   void switch_filled();                        // entries whose copies are done point at their slots
-  void admit_routed();                         // a step's end: the small steps' routed experts into slots
+  // A step's end (the stream idle): its small steps' routed experts into slots (background
+  // copies, least recently used out), and the entries of finished copies switched.
+  void admit_routed();
+  void admit_layer(DeviceTier& t);
   std::unordered_map<const MoeSpec*, std::unique_ptr<DeviceTier>> tiers_by_spec_;
   std::vector<DeviceTier*> tiers_by_layer_;    // by source layer
   std::vector<std::pair<DeviceTier*, int32_t>> tier_pending_;  // copies in flight into their slots
   struct TierReads {
     uint64_t small_steps = 0, host_reads = 0;  // tier layer-steps without a round trip; experts read from host
+    uint64_t admits = 0;
+    double admit_s = 0;  // host time of admit_routed()
   } tier_reads_;
   std::unique_ptr<cuda::GpuExperts> gpu_experts_;
   std::vector<cuda::GpuExperts::Placed> held_;  // the last streamed layer's placements
@@ -175,8 +187,8 @@ class CudaBackend final : public Backend {
     uint64_t miss_bytes = 0;
     double cpu_s = 0, cpu_work = 0;  // cpu_work: record bytes x rows
   } tiers_;
-  void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const int32_t* sorted,
-                    const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h, float* y);
+  void moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev, const cuda::PairTiles& pt,
+                    float* h, float* y);
   void host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run);
   // a's shape for the GatedDeltaNet / MLA kernels (no pointers).
   cuda::GdnDev gdn_dev(const GdnSpec& a) const;
@@ -236,6 +248,7 @@ class CudaBackend final : public Backend {
   bool prefill_prefetch_ = true;  // the prefill_prefetch switch
   bool device_tables_ = true;     // the device_tables switch (DeviceTier; off: moe_cached's paths)
   bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)
+  bool tc_prefill_ = true;        // the tc_prefill switch (mma_rows.cu)
   // GatedDeltaNet's device kernels ($MOEFLUX_CUDA_DEVICE_GDN=1, read at start: the layers'
   // states are made where it says). Off until a step of three or more qwen3_next sequences
   // agrees with each sequence alone (tests/engine/test_engine_batch.cpp).

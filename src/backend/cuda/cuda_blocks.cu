@@ -34,7 +34,7 @@ void CudaBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows
   float* att = sc.get<float>(size_t(R * qd));
   const DW qkv[3] = {dw(a.wq), dw(a.wk), dw(a.wv)};
   float* const qkv_out[3] = {qg, kn, vn};
-  cuda::matmul(qkv, x.data, R, qkv_out, stream_);
+  mm(qkv, x.data, R, qkv_out);
   GqaDev g;
   g.n_heads = int32_t(a.n_heads), g.n_kv_heads = int32_t(a.n_kv_heads), g.head_dim = int32_t(hd);
   g.window = int32_t(a.window), g.gated = a.gated, g.norm_eps = a.norm_eps;
@@ -52,7 +52,7 @@ void CudaBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows
                kv.capacity(), att + s.row0 * qd, stream_);
     kv.grew(s.rows);
   }
-  cuda::matmul(dw(a.wo), att, R, out.data, stream_);
+  mm(dw(a.wo), att, R, out.data);
 }
 
 void CudaBackend::host_mixer(Act x, Act out, const std::function<void(Act, Act)>& run) {
@@ -94,14 +94,14 @@ void CudaBackend::mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows
   float* q = sc.get<float>(size_t(R * H * qk));
   if (a.q_lora_rank > 0) {
     float* qa = sc.get<float>(size_t(R * a.q_lora_rank));
-    cuda::matmul(dw(a.wq_a), x.data, R, qa, stream_);
+    mm(dw(a.wq_a), x.data, R, qa);
     cuda::add_rms_norm(qa, nullptr, dvec(a.q_a_norm), a.lora_norm_eps, qa, R, a.q_lora_rank, stream_);
-    cuda::matmul(dw(a.wq_b), qa, R, q, stream_);
+    mm(dw(a.wq_b), qa, R, q);
   } else {
-    cuda::matmul(dw(a.wq), x.data, R, q, stream_);
+    mm(dw(a.wq), x.data, R, q);
   }
   float* kv = sc.get<float>(size_t(R * (rank + P)));
-  cuda::matmul(dw(a.wkv_a), x.data, R, kv, stream_);
+  mm(dw(a.wkv_a), x.data, R, kv);
   float* qpe = sc.get<float>(size_t(R * H * P));
   float* qc = sc.get<float>(size_t(R * H * rank));
   float* ctx = sc.get<float>(size_t(R * H * rank));
@@ -124,7 +124,7 @@ void CudaBackend::mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows
     lc.grew(s.rows);
   }
   mla_unabsorb(m, kvb, ctx, R, att, stream_);
-  cuda::matmul(dw(a.wo), att, R, out.data, stream_);
+  mm(dw(a.wo), att, R, out.data);
 }
 
 GdnDev CudaBackend::gdn_dev(const GdnSpec& a) const {
@@ -148,7 +148,7 @@ void CudaBackend::gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRo
   float* proj = sc.get<float>(size_t(R * P));
   for (const GdnProjection& p : a.in_proj) {
     float* y = sc.get<float>(size_t(R * p.w.rows));
-    cuda::matmul(dw(p.w), x.data, R, y, stream_);
+    mm(dw(p.w), x.data, R, y);
     const auto* dst = static_cast<const int32_t*>(mirror_.get(p.dst.data(), p.dst.size() * sizeof(int32_t)));
     gdn_scatter(y, R, p.w.rows, dst, P, proj, stream_);
   }
@@ -158,7 +158,7 @@ void CudaBackend::gated_delta_net(const GdnSpec& a, Act x, std::span<const SeqRo
     auto& st_dev = static_cast<GdnStateDev&>(*s.state);
     gdn_heads(g, proj + s.row0 * P, s.rows, st_dev.conv(), conv_next, st_dev.recurrent(), o + s.row0 * vd, stream_);
   }
-  cuda::matmul(dw(a.out_proj), o, R, out.data, stream_);
+  mm(dw(a.out_proj), o, R, out.data);
 }
 
 void CudaBackend::swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float* out) {
@@ -167,9 +167,9 @@ void CudaBackend::swiglu_rows(const SwiGlu& s, const float* x, int64_t T, float*
   float* u = sc.get<float>(size_t(T * s.up.rows));
   const DW gu[2] = {dw(s.gate), dw(s.up)};
   float* const gu_out[2] = {g, u};
-  cuda::matmul(gu, x, T, gu_out, stream_);
+  mm(gu, x, T, gu_out);
   silu_mul(g, u, g, T * s.gate.rows, stream_);
-  cuda::matmul(dw(s.down), g, T, out, stream_);
+  mm(dw(s.down), g, T, out);
 }
 
 void CudaBackend::swiglu(const SwiGlu& s, Act x, Act out) {
@@ -241,8 +241,7 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeSpec& m) {
 }
 
 void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
-                               const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max,
-                               float* h, float* y) {
+                               const PairTiles& pt, float* h, float* y) {
   const int64_t K = m.n_experts_active, E = m.n_experts, hidden = m.experts[0].gate.rows;
   std::vector<int32_t> ids(size_t(T * K));
   MF_CUDA(cudaMemcpyAsync(ids.data(), ids_dev, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
@@ -281,10 +280,16 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
       host[size_t(3 * e + 2)] = on_device(down0, d.down);
     }
     MF_CUDA(cudaMemcpyAsync(table, host.data(), host.size() * sizeof(DW), cudaMemcpyHostToDevice, stream_));
-    experts_gate_up(table, fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max, h, stream_);
-    experts_down(table, fmt_d, wide_d, hidden, m.dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+    experts_gate_up(table, fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
+    experts_down(table, fmt_d, wide_d, hidden, m.dim, h, pt, y, *pool_, stream_);
     MF_CUDA(cudaStreamSynchronize(stream_));  // `host` and the staging are reused by the next window
   }
+}
+
+bool CudaBackend::tc_experts(const MoeSpec& m) const {
+  if (!tc_prefill_) return false;
+  const DW gate0 = dw_view(m.experts[0].gate), up0 = dw_view(m.experts[0].up), down0 = dw_view(m.experts[0].down);
+  return tc_rows(gate0) && tc_rows(up0) && tc_rows(down0);
 }
 
 void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
@@ -301,7 +306,7 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   Scratch sc(*pool_);
   std::optional<Stage> st(std::in_place, *this, "router");
   float* logits = sc.get<float>(size_t(T * E));
-  cuda::matmul(dw(m.router), x.data, T, logits, stream_);
+  mm(dw(m.router), x.data, T, logits);
   RouteDev r;
   r.kind = int32_t(m.route.kind), r.n_experts = int32_t(E), r.k = int32_t(K), r.renorm = m.route.renorm;
   if (m.route.kind == RouteKind::SigmoidGrouped) {
@@ -316,22 +321,30 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   int32_t* sorted = sc.get<int32_t>(size_t(pairs));
   int32_t* tiles = sc.get<int32_t>(size_t(tiles_max * kTileFields));
   int32_t* n_tiles = sc.get<int32_t>(1);
-  group_pairs(ids, pairs, int32_t(E), sorted, tiles, n_tiles, stream_);
+  PairTiles pt;
+  pt.pairs = pairs, pt.sorted = sorted, pt.tiles = tiles, pt.n_tiles = n_tiles, pt.tiles_max = tiles_max;
+  int32_t *tc_tiles = nullptr, *n_tc = nullptr;
+  if (tc_experts(m) && T >= kTcRows) {  // an expert has at most T pairs
+    pt.tc_max = max_tc_tiles(pairs, E);
+    tc_tiles = sc.get<int32_t>(size_t(pt.tc_max * kTileFields)), n_tc = sc.get<int32_t>(1);
+    pt.tc_tiles = tc_tiles, pt.n_tc = n_tc;
+  }
+  group_pairs(ids, pairs, int32_t(E), kTcRows, sorted, tiles, n_tiles, tc_tiles, n_tc, stream_);
   float* h = sc.get<float>(size_t(pairs * hidden));
   float* y = sc.get<float>(size_t(pairs * dim));
   st.reset(), st.emplace(*this, "experts");
   if (!m.source) {
     const ExpertTable& t = expert_table(m);
-    experts_gate_up(t.table, t.fmt_gate_up, wide_ && t.wide_gate_up, hidden, dim, x.data, int32_t(K), sorted, tiles, n_tiles, tiles_max, h,
+    experts_gate_up(t.table, t.fmt_gate_up, wide_ && t.wide_gate_up, hidden, dim, x.data, int32_t(K), pt, h, *pool_,
                     stream_);
-    experts_down(t.table, t.fmt_down, wide_ && t.wide_down, hidden, dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+    experts_down(t.table, t.fmt_down, wide_ && t.wide_down, hidden, dim, h, pt, y, *pool_, stream_);
   } else if (tier) {
-    moe_tier(*tier, m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
+    moe_tier(*tier, m, x.data, T, ids, pt, h, y);
   } else {
     if (opt_.expert_cache.empty() && m.source_layer >= opt_.cpu_moe_layers)
-      moe_streamed(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
+      moe_streamed(m, x.data, T, ids, pt, h, y);
     else
-      moe_cached(m, x.data, T, ids, sorted, tiles, n_tiles, tiles_max, h, y);
+      moe_cached(m, x.data, T, ids, pt, h, y);
   }
   st.reset(), st.emplace(*this, "combine");
   combine(y, weights, order, T, int32_t(K), dim, out.data, stream_);
@@ -340,7 +353,7 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   float* gate = nullptr;
   if (m.has_shared_gate) {
     gate = sc.get<float>(size_t(T));
-    cuda::matmul(dw(m.shared_gate), x.data, T, gate, stream_);
+    mm(dw(m.shared_gate), x.data, T, gate);
   }
   float* ye = sc.get<float>(size_t(T * dim));
   for (const SwiGlu& s : m.shared) {

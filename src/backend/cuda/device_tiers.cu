@@ -4,6 +4,7 @@
 // their experts first. The table's entries change only through tier_point(), on the compute
 // stream.
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <vector>
 
@@ -144,29 +145,39 @@ void CudaBackend::tier_keep_placeable(DeviceTier& t, std::vector<int32_t>& used)
 }
 
 void CudaBackend::admit_routed() {
-  for (DeviceTier* t : tiers_by_layer_) {
-    if (!t || t->pairs == 0) continue;
-    const MoeSpec& m = *t->spec;
-    std::vector<int32_t> used = most_routed(std::span<const int32_t>(t->ids, size_t(t->pairs)), m.n_experts);
-    t->pairs = 0;
-    tier_keep_placeable(*t, used);
-    std::vector<size_t> bytes;
-    for (int32_t e : used) bytes.push_back(t->bytes[size_t(e)]);
-    const GpuExperts::Placed p =
-        gpu_experts_->place(*m.source, m.source_layer, used, bytes, /*background=*/true, /*hold=*/false);
-    for (size_t j = 0; j < used.size(); ++j) {
-      const bool on_slot = t->on_slot[size_t(used[j])];
-      ++(p.hit[j] && on_slot ? tiers_.hits : tiers_.copied);
-      if (!on_slot) ++tier_reads_.host_reads, tiers_.miss_bytes += t->bytes[size_t(used[j])];  // read from host memory
-      if (!on_slot && std::find(tier_pending_.begin(), tier_pending_.end(), std::pair(t, used[j])) == tier_pending_.end())
-        tier_pending_.emplace_back(t, used[j]);
-    }
+  if (tiers_by_layer_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    gpu_experts_->take_copy_time();  // a prefill's waited-for copies, for the statistics
+    switch_filled();
+    for (DeviceTier* t : tiers_by_layer_)
+      if (t && t->pairs > 0) admit_layer(*t);
+  } catch (const Error&) {
+    // Advisory: the records stay where their entries say (host memory); later steps read them there.
+  }
+  tier_reads_.admit_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++tier_reads_.admits;
+}
+
+void CudaBackend::admit_layer(DeviceTier& t) {
+  const MoeSpec& m = *t.spec;
+  std::vector<int32_t> used = most_routed(std::span<const int32_t>(t.ids, size_t(t.pairs)), m.n_experts);
+  t.pairs = 0;
+  tier_keep_placeable(t, used);
+  std::vector<size_t> bytes;
+  for (int32_t e : used) bytes.push_back(t.bytes[size_t(e)]);
+  const GpuExperts::Placed p = gpu_experts_->place(*m.source, m.source_layer, used, bytes, /*background=*/true, /*hold=*/false);
+  for (size_t j = 0; j < used.size(); ++j) {
+    const bool on_slot = t.on_slot[size_t(used[j])];
+    ++(p.hit[j] && on_slot ? tiers_.hits : tiers_.copied);
+    if (!on_slot) ++tier_reads_.host_reads, tiers_.miss_bytes += t.bytes[size_t(used[j])];  // read from host memory
+    if (!on_slot && std::find(tier_pending_.begin(), tier_pending_.end(), std::pair(&t, used[j])) == tier_pending_.end())
+      tier_pending_.emplace_back(&t, used[j]);
   }
 }
 
 void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
-                           const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max,
-                           float* h, float* y) {
+                           const PairTiles& pt, float* h, float* y) {
   const int64_t K = m.n_experts_active, hidden = m.experts[0].gate.rows;
   if (T > kTierRows) {
     // A prefill: its most routed experts into slots (the rest read from host memory), the
@@ -177,6 +188,7 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
     MF_CUDA(cudaStreamSynchronize(stream_));
     switch_filled();
     GpuExperts& g = *gpu_experts_;
+    g.begin_step();  // the kernels of earlier layers are done: their slots refill without waiting
     std::vector<int32_t> used = most_routed(ids, m.n_experts);
     tier_keep_placeable(t, used);
     std::vector<size_t> bytes;
@@ -193,9 +205,11 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
   } else {
     ++tier_reads_.small_steps;
   }
-  experts_gate_up(t.table, t.fmt_gu, wide_ && t.wide_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max,
-                  h, stream_);
-  experts_down(t.table, t.fmt_d, wide_ && t.wide_d, hidden, m.dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+  experts_gate_up(t.table, t.fmt_gu, wide_ && t.wide_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
+  experts_down(t.table, t.fmt_d, wide_ && t.wide_d, hidden, m.dim, h, pt, y, *pool_, stream_);
+  // A prefill's next layer: its experts start coming during this layer's compute, as in moe_cached.
+  if (T > kTierRows && prefill_prefetch_ && m.next && m.next->source == m.source && T * K >= 2 * m.n_experts)
+    prefetch_layer(*m.next);
   if (T <= kTierRows) {  // the routed ids, for admit_routed() after the step
     MF_CUDA(cudaMemcpyAsync(t.ids, ids_dev, size_t(T * K) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     t.pairs = T * K;

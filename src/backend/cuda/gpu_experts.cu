@@ -103,10 +103,7 @@ GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<con
     if (!where[i].hit) {
       missing.push_back(experts[i]), missing_at.push_back(i);
       refills_read_slot |= slot_epoch_[slot] == epoch_;
-      if (evict_hook_ && where[i].evicted_layer >= 0) {
-        evict_hook_(where[i].evicted_layer, where[i].evicted_expert);
-        refills_read_slot = true;  // the copy waits for what the hook queued
-      }
+      if (evict_hook_ && where[i].evicted_layer >= 0) evict_hook_(where[i].evicted_layer, where[i].evicted_expert);
     } else if (std::find(background_slots_.begin(), background_slots_.end(), where[i].slot) != background_slots_.end()) {
       wait_background = true;
     }

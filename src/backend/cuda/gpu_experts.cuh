@@ -44,8 +44,10 @@ class GpuExperts {
   // Its slot's bytes on the device, or null. The copy into it may still be in flight
   // (copies_idle).
   const uint8_t* slot_data(int layer, int expert);
-  // Called for each record a miss evicts, before the copy that overwrites its slot is issued;
-  // what the hook queues on the compute stream runs before that copy.
+  // Called for each record a miss evicts, before the copy that overwrites its slot is issued.
+  // The copy does not wait for what the hook queues on the compute stream: the hook's caller
+  // makes sure no kernel reads the slot in between (slots read by the layer in flight wait
+  // through their epoch; a step's end has none in flight).
   void set_evict_hook(std::function<void(int layer, int expert)> hook) { evict_hook_ = std::move(hook); }
   // Page-locks (and maps) the host memory of src's records, once.
   void pin_source(ExpertSource& src);

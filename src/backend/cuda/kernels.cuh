@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/cuda/device_memory.cuh"
 #include "backend/cuda/dweight.cuh"
 
 namespace moeflux::cuda {
@@ -121,26 +122,59 @@ struct RouteDev {
 void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
            cudaStream_t s);
 
-// The routed experts of a step. Pairs p = t * k + j (token t, slot j) are grouped by expert into
-// tiles of at most kTile pairs; tiles (kTileFields ints each: expert, first sorted pair, count)
-// and the count of tiles are written on the device, the grid covers max_tiles.
+// The routed experts of a step. Pairs p = t * k + j (token t, slot j) are grouped by expert
+// (sorted) into tiles (kTileFields ints each: expert, first sorted pair, count): of at most kTile
+// pairs, or, for an expert with at least tc_min pairs, of at most kTcM pairs in a list of their
+// own for the tensor cores (mma_rows.cu). The counts of tiles are written on the device; the
+// grids cover the maxima.
 constexpr int kTile = 8, kTileFields = 3;
+struct PairTiles {
+  int64_t pairs = 0;
+  const int32_t* sorted = nullptr;    // (pairs)
+  const int32_t* tiles = nullptr;     // (tiles_max, kTileFields)
+  const int32_t* n_tiles = nullptr;   // (1)
+  int64_t tiles_max = 0;
+  const int32_t* tc_tiles = nullptr;  // (tc_max, kTileFields); null: every expert in `tiles`
+  const int32_t* n_tc = nullptr;      // (1)
+  int64_t tc_max = 0;
+};
 int64_t max_tiles(int64_t pairs, int64_t n_experts);
-void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t* sorted, int32_t* tiles,
-                 int32_t* n_tiles, cudaStream_t s);
+int64_t max_tc_tiles(int64_t pairs, int64_t n_experts);
+// tc_tiles null: no tensor-core tiles (tc_min ignored).
+void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t tc_min, int32_t* sorted, int32_t* tiles,
+                 int32_t* n_tiles, int32_t* tc_tiles, int32_t* n_tc, cudaStream_t s);
 // h (pairs, hidden) = silu(gate_e x_t) * (up_e x_t); table: per expert [gate, up, down]; an
 // expert whose gate data is null is skipped (not in this window). wide: the experts' rows read
-// 16 bytes at a time (wide_rows, dot_rows.cuh).
+// 16 bytes at a time (wide_rows, dot_rows.cuh). The tensor-core tiles (when pt has them) take
+// their temporaries from pool.
 void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* x, int32_t k,
-                     const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h,
-                     cudaStream_t s);
+                     const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s);
 // y (pairs, dim) = down_e h_p.
-void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
-                  const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* y, cudaStream_t s);
+void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
+                  float* y, DevicePool& pool, cudaStream_t s);
 // out (T, dim) = sum over slots in `order` of weight * y.
 // y[rows[i]] = src[i] for i < n (rows of dim floats).
 void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s);
 void combine(const float* y, const float* weights, const int32_t* order, int64_t T, int32_t k, int64_t dim, float* out,
              cudaStream_t s);
+
+// --- mma_rows.cu ---
+// Rows on tensor cores (mma.sync, f16 in, f32 accumulate, x split into f16 hi + lo per row:
+// results within float rounding of the kernels above) for affine 4-bit and 8-bit weights with
+// groups of 32 or more: steps of at least kTcRows rows (matmul) and experts with at least
+// kTcRows pairs, in tiles of kTcM rows.
+constexpr int kTcRows = 16, kTcM = 32;
+// Whether w runs on tensor cores: format, group, rows whole 16-byte chunks (and its data
+// 16-byte aligned where the view has it).
+bool tc_rows(const DW& w);
+// ys[i] = x ws[i]^T, every ws[i] tc_rows with ws[0]'s cols; temporaries from pool.
+void matmul_tc(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, DevicePool& pool,
+               cudaStream_t s);
+// experts_gate_up / experts_down over pt's tensor-core tiles (fmt kQ4 or kQ8, the views
+// tc_rows); x has pt.pairs / k rows.
+void experts_gate_up_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* x, int32_t k,
+                        const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s);
+void experts_down_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
+                     float* y, DevicePool& pool, cudaStream_t s);
 
 }  // namespace moeflux::cuda

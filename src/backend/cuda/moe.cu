@@ -1,6 +1,7 @@
 // The routed experts on the device: routing (a warp per token), grouping of (token, slot)
 // pairs by expert into tiles, gate/up + SiLU and down over each tile (a warp per weight row,
-// each row read once per tile), and the weighted combine in ascending expert id.
+// each row read once per tile; the experts with many pairs on tensor cores, mma_rows.cu), and
+// the weighted combine in ascending expert id.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -145,8 +146,8 @@ __global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, 
     ids_out[t * K + j] = ids[j], w_out[t * K + j] = wsh[j], order_out[t * K + j] = ord[j];
 }
 
-__global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t* sorted, int32_t* tiles,
-                             int32_t* n_tiles) {
+__global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t tc_min, int32_t* sorted,
+                             int32_t* tiles, int32_t* n_tiles, int32_t* tc_tiles, int32_t* n_tc) {
   __shared__ int cnt[kMaxExperts], fill[kMaxExperts];
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
@@ -155,22 +156,33 @@ __global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_expert
   if (threadIdx.x < 32) {  // a warp scans the counts: each lane a slice of experts
     const int lane = threadIdx.x, per = (n_experts + 31) / 32, lo = min(n_experts, lane * per),
               hi = min(n_experts, lo + per);
-    int pairs_in = 0, tiles_in = 0;
-    for (int e = lo; e < hi; ++e) pairs_in += cnt[e], tiles_in += (cnt[e] + kTile - 1) / kTile;
-    int off = pairs_in, nt = tiles_in;  // inclusive scans over the lanes
+    auto on_tc = [&](int e) { return tc_tiles && cnt[e] >= tc_min; };
+    int pairs_in = 0, tiles_in = 0, tc_in = 0;
+    for (int e = lo; e < hi; ++e) {
+      pairs_in += cnt[e];
+      if (on_tc(e)) tc_in += (cnt[e] + kTcM - 1) / kTcM;
+      else tiles_in += (cnt[e] + kTile - 1) / kTile;
+    }
+    int off = pairs_in, nt = tiles_in, ntc = tc_in;  // inclusive scans over the lanes
 #pragma unroll
     for (int o = 1; o < 32; o *= 2) {
-      const int a = __shfl_up_sync(0xffffffffu, off, o), b = __shfl_up_sync(0xffffffffu, nt, o);
-      if (lane >= o) off += a, nt += b;
+      const int a = __shfl_up_sync(0xffffffffu, off, o), b = __shfl_up_sync(0xffffffffu, nt, o),
+                c = __shfl_up_sync(0xffffffffu, ntc, o);
+      if (lane >= o) off += a, nt += b, ntc += c;
     }
-    if (lane == 31) *n_tiles = nt;
-    off -= pairs_in, nt -= tiles_in;
+    if (lane == 31) {
+      *n_tiles = nt;
+      if (tc_tiles) *n_tc = ntc;
+    }
+    off -= pairs_in, nt -= tiles_in, ntc -= tc_in;
     for (int e = lo; e < hi; ++e) {
       fill[e] = off;
-      for (int j = 0; j < cnt[e]; j += kTile, ++nt) {
-        tiles[nt * kTileFields] = e, tiles[nt * kTileFields + 1] = off + j;
-        tiles[nt * kTileFields + 2] = min(kTile, cnt[e] - j);
-      }
+      const bool tc = on_tc(e);
+      const int size = tc ? kTcM : kTile;
+      int32_t* out = tc ? tc_tiles : tiles;
+      int& n = tc ? ntc : nt;
+      for (int j = 0; j < cnt[e]; j += size, ++n)
+        out[n * kTileFields] = e, out[n * kTileFields + 1] = off + j, out[n * kTileFields + 2] = min(size, cnt[e] - j);
       off += cnt[e];
     }
   }
@@ -308,34 +320,37 @@ void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, floa
 }
 
 int64_t max_tiles(int64_t pairs, int64_t n_experts) { return pairs / kTile + std::min(pairs, n_experts) + 1; }
+int64_t max_tc_tiles(int64_t pairs, int64_t n_experts) { return pairs / kTcM + std::min(pairs, n_experts) + 1; }
 
-void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t* sorted, int32_t* tiles,
-                 int32_t* n_tiles, cudaStream_t s) {
-  MF_ASSERT(n_experts <= kMaxExperts);
-  group_kernel<<<1, 256, 0, s>>>(ids, pairs, n_experts, sorted, tiles, n_tiles);
+void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t tc_min, int32_t* sorted, int32_t* tiles,
+                 int32_t* n_tiles, int32_t* tc_tiles, int32_t* n_tc, cudaStream_t s) {
+  MF_ASSERT(n_experts <= kMaxExperts && (!tc_tiles || (n_tc && tc_min >= 1)));
+  group_kernel<<<1, 256, 0, s>>>(ids, pairs, n_experts, tc_min, sorted, tiles, n_tiles, tc_tiles, n_tc);
   MF_CUDA_LAUNCHED("group_pairs");
 }
 
 void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* x, int32_t k,
-                     const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* h,
-                     cudaStream_t s) {
+                     const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s) {
   with_fmt_wide(fmt, wide, [&](auto f, auto w) {
     const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value>;
-    const dim3 grid(unsigned((hidden + per_block - 1) / per_block), unsigned(tiles_max));
-    gate_up_kernel<decltype(f)::value, decltype(w)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(table, hidden, dim, x, k, sorted, tiles,
-                                                                           n_tiles, h);
+    const dim3 grid(unsigned((hidden + per_block - 1) / per_block), unsigned(pt.tiles_max));
+    gate_up_kernel<decltype(f)::value, decltype(w)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(
+        table, hidden, dim, x, k, pt.sorted, pt.tiles, pt.n_tiles, h);
   });
   MF_CUDA_LAUNCHED("experts_gate_up");
+  if (pt.tc_tiles) experts_gate_up_tc(table, fmt, hidden, dim, x, k, pt, h, pool, s);
 }
 
-void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
-                  const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max, float* y, cudaStream_t s) {
+void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
+                  float* y, DevicePool& pool, cudaStream_t s) {
   with_fmt_wide(fmt, wide, [&](auto f, auto w) {
     const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value>;
-    const dim3 grid(unsigned((dim + per_block - 1) / per_block), unsigned(tiles_max));
-    down_kernel<decltype(f)::value, decltype(w)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(table, hidden, dim, h, sorted, tiles, n_tiles, y);
+    const dim3 grid(unsigned((dim + per_block - 1) / per_block), unsigned(pt.tiles_max));
+    down_kernel<decltype(f)::value, decltype(w)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(
+        table, hidden, dim, h, pt.sorted, pt.tiles, pt.n_tiles, y);
   });
   MF_CUDA_LAUNCHED("experts_down");
+  if (pt.tc_tiles) experts_down_tc(table, fmt, hidden, dim, h, pt, y, pool, s);
 }
 
 void combine(const float* y, const float* weights, const int32_t* order, int64_t T, int32_t k, int64_t dim, float* out,

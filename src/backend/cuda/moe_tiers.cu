@@ -46,8 +46,7 @@ GpuExperts& CudaBackend::gpu_experts(const MoeSpec& m, size_t extent) {
 }
 
 void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
-                             const int32_t* sorted, const int32_t* tiles, const int32_t* n_tiles, int64_t tiles_max,
-                             float* h, float* y) {
+                             const PairTiles& pt, float* h, float* y) {
   const int64_t K = m.n_experts_active, E = m.n_experts, hidden = m.experts[0].gate.rows;
   const int layer = m.source_layer;
   const bool all_cpu = layer < opt_.cpu_moe_layers, may_cpu = all_cpu || opt_.moe_misses != MoeMisses::Copy;
@@ -135,8 +134,8 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
         if (t == 1) g.wait_copies();
         DW* dt = tables + (2 * gi + size_t(t)) * per_table;
         MF_CUDA(cudaMemcpyAsync(dt, ht[t], per_table * sizeof(DW), cudaMemcpyHostToDevice, stream_));
-        experts_gate_up(dt, fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), sorted, tiles, n_tiles, tiles_max, h, stream_);
-        experts_down(dt, fmt_d, wide_d, hidden, m.dim, h, sorted, tiles, n_tiles, tiles_max, y, stream_);
+        experts_gate_up(dt, fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
+        experts_down(dt, fmt_d, wide_d, hidden, m.dim, h, pt, y, *pool_, stream_);
       }
     }
   }

@@ -26,7 +26,8 @@ void CudaBackend::begin_step(const StepInfo& step) {
   step_rows_ = int64_t(R);
   step_seq_at_row_.clear();
   step_graphable_ = !step.host_reads && !profiling_ && step_graphs_;  // profiling times each op
-  step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_)});
+  step_key_.assign(
+      {uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_), uintptr_t(tc_prefill_)});
   for (size_t i = 0; i < S; ++i) {
     const StepSeq& q = step.seqs[i];
     staging_[R + i] = int32_t(q.pos0);
@@ -66,15 +67,7 @@ void CudaBackend::end_step(bool ok) {
     }
   }
   if (gpu_experts_) gpu_experts_->settle();
-  if (!tiers_by_spec_.empty() && ok) {  // the step's logits were read: its work is done
-    try {
-      gpu_experts_->take_copy_time();  // a prefill's waited-for copies, for the statistics
-      switch_filled();
-      admit_routed();
-    } catch (const Error&) {
-      // Advisory: the records stay where their entries say (host memory); the next step reads them there.
-    }
-  }
+  if (ok) admit_routed();  // the step's logits were read: its work is done
   if (mode_ == Mode::Capture) {  // the step ended (or threw) before logits() ended the capture
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(stream_, &g);
@@ -116,7 +109,7 @@ void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
     StepGraph g;
     MF_CUDA(cudaMalloc(&g.logits, n * sizeof(float)));
     g.logits_floats = n;
-    cuda::matmul(dw(head), x.data, x.rows, g.logits, stream_);
+    mm(dw(head), x.data, x.rows, g.logits);
     cudaGraph_t graph = nullptr;
     mode_ = Mode::Eager;  // the capture is over whatever happens next
     MF_CUDA(cudaStreamEndCapture(stream_, &graph));
@@ -131,7 +124,7 @@ void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
   }
   Scratch sc(*pool_);
   float* y = sc.get<float>(n);
-  cuda::matmul(dw(head), x.data, x.rows, y, stream_);
+  mm(dw(head), x.data, x.rows, y);
   MF_CUDA(cudaMemcpyAsync(logits, y, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MF_CUDA(cudaStreamSynchronize(stream_));
 }
