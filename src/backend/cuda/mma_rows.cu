@@ -97,15 +97,32 @@ void with_tc_fmt(int fmt, Fn&& fn) {
 
 // The kernels' dynamic shared memory exceeds the default 48 KB for 8-bit weights: raised once
 // per kernel (the process's current device).
-template <typename Kernel>
-void allow_smem(Kernel* k, int bytes) {
-  MF_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+template <auto Kernel>
+void allow_smem(int bytes) {
+  static const bool once = (MF_CUDA(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)), true);
+  (void)once;
 }
 
 // Element (i, j, r) of tc_tile's acc: its row of the tile and its column (0 .. kTcN).
 __device__ __forceinline__ int acc_row(int i, int r) { return 16 * i + (threadIdx.x % 32) / 4 + 8 * (r / 2); }
 __device__ __forceinline__ int acc_col(int j, int r) {
   return (threadIdx.x / 32) * 32 + 8 * j + 2 * (threadIdx.x % 4) + r % 2;
+}
+
+// Calls out(m, n, v) for each element of the tile's acc in rows m < used and columns
+// n0 + (0 .. kTcN) below cols.
+template <typename Out>
+__device__ __forceinline__ void store_acc(const float (&acc)[2][4][4], int used, int64_t n0, int64_t cols, Out out) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int m = acc_row(i, r);
+        const int64_t n = n0 + acc_col(j, r);
+        if (m < used && n < cols) out(m, n, acc[i][j][r]);
+      }
 }
 
 constexpr int kMaxTc = 4;
@@ -133,16 +150,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) matmul_tc_kernel(TcDense d, XSp
   const TcHalves hw{w, w, n0, n0 + kTcHalf};
   float acc[2][4][4];
   tc_tile<F>(xs, xrow, used, hw, smem, acc);
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int m = acc_row(i, r);
-        const int64_t n = n0 + acc_col(j, r);
-        if (m < used && n < w.rows) y[(m0 + m) * w.rows + n] = acc[i][j][r] * xs.inv[m0 + m];
-      }
+  store_acc(acc, used, n0, w.rows, [&](int m, int64_t n, float v) { y[(m0 + m) * w.rows + n] = v * xs.inv[m0 + m]; });
 }
 
 // The tile's pairs (tiles of group_pairs): x rows (gate / up: tokens p / k; down: pairs p)
@@ -179,30 +187,14 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   tc_tile<F>(xs, xrow, used, hw, smem, acc);
   float* up = reinterpret_cast<float*>(smem);  // (kTcM, kTcHalf): the stages are free
   const bool gate = threadIdx.x / 32 * 32 < kTcHalf;
-  if (!gate) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int m = acc_row(i, r);
-          up[m * kTcHalf + acc_col(j, r) - kTcHalf] = acc[i][j][r] * xs.inv[xrow[m]];
-        }
-  }
+  if (!gate)
+    store_acc(acc, kTcM, 0, kTcN, [&](int m, int64_t n, float v) { up[m * kTcHalf + n - kTcHalf] = v * xs.inv[xrow[m]]; });
   __syncthreads();
   if (!gate) return;
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int m = acc_row(i, r), n = acc_col(j, r);
-        if (m >= used || n0 + n >= hidden) continue;
-        const float a = acc[i][j][r] * xs.inv[xrow[m]], b = up[m * kTcHalf + n];
-        h[int64_t(pair[m]) * hidden + n0 + n] = a / (1.0f + expf(-a)) * b;
-      }
+  store_acc(acc, used, 0, hidden - n0, [&](int m, int64_t n, float v) {
+    const float a = v * xs.inv[xrow[m]], b = up[m * kTcHalf + n];
+    h[int64_t(pair[m]) * hidden + n0 + n] = a / (1.0f + expf(-a)) * b;
+  });
 }
 
 // Block (x, tile): down rows [x * kTcN, (x + 1) * kTcN) over the tile's pairs' h.
@@ -218,16 +210,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   const TcHalves hw{d, d, n0, n0 + kTcHalf};
   float acc[2][4][4];
   tc_tile<F>(xs, xrow, used, hw, smem, acc);
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int m = acc_row(i, r);
-        const int64_t n = n0 + acc_col(j, r);
-        if (m < used && n < dim) y[int64_t(pair[m]) * dim + n] = acc[i][j][r] * xs.inv[xrow[m]];
-      }
+  store_acc(acc, used, n0, dim, [&](int m, int64_t n, float v) { y[int64_t(pair[m]) * dim + n] = v * xs.inv[xrow[m]]; });
 }
 
 }  // namespace
@@ -258,8 +241,7 @@ void matmul_tc(std::span<const DW> ws, const float* x, int64_t T, std::span<floa
     const dim3 grid(unsigned(d.first[n]), unsigned((T + kTcM - 1) / kTcM));
     with_tc_fmt(fmt, [&](auto f) {
       constexpr int F = decltype(f)::value;
-      static const bool once = (allow_smem(matmul_tc_kernel<F>, kTcSmem<F>), true);
-      (void)once;
+      allow_smem<matmul_tc_kernel<F>>(kTcSmem<F>);
       matmul_tc_kernel<F><<<grid, kTcThreads, kTcSmem<F>, s>>>(d, xs, T);
     });
     MF_CUDA_LAUNCHED("matmul_tc");
@@ -274,8 +256,7 @@ void experts_gate_up_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, c
   const dim3 grid(unsigned((hidden + kTcHalf - 1) / kTcHalf), unsigned(pt.tc_max));
   with_tc_fmt(fmt, [&](auto f) {
     constexpr int F = decltype(f)::value;
-    static const bool once = (allow_smem(gate_up_tc_kernel<F>, kTcSmem<F>), true);
-    (void)once;
+    allow_smem<gate_up_tc_kernel<F>>(kTcSmem<F>);
     gate_up_tc_kernel<F><<<grid, kTcThreads, kTcSmem<F>, s>>>(table, hidden, xs, k, pt, h);
   });
   MF_CUDA_LAUNCHED("experts_gate_up_tc");
@@ -289,8 +270,7 @@ void experts_down_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, cons
   const dim3 grid(unsigned((dim + kTcN - 1) / kTcN), unsigned(pt.tc_max));
   with_tc_fmt(fmt, [&](auto f) {
     constexpr int F = decltype(f)::value;
-    static const bool once = (allow_smem(down_tc_kernel<F>, kTcSmem<F>), true);
-    (void)once;
+    allow_smem<down_tc_kernel<F>>(kTcSmem<F>);
     down_tc_kernel<F><<<grid, kTcThreads, kTcSmem<F>, s>>>(table, dim, xs, pt, y);
   });
   MF_CUDA_LAUNCHED("experts_down_tc");
