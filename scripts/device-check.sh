@@ -15,7 +15,8 @@
 #               adds the per-stage profile of qwen3-30b-a3b
 #   serve-bench the load benchmark of moeflux serve --backend cuda (scripts/bench-serve.py, 1 / 4 /
 #               16 clients) on qwen3-30b-a3b (CUDA_LAYERS of 48); needs FULL=1
-#   cuda-cache  the GPU expert cache: bench --backend cuda on qwen3-30b-a3b (CUDA_LAYERS of 48),
+#   cuda-cache  the GPU expert cache: bench --backend cuda on CACHE_PRESET (default qwen3-30b-a3b;
+#               qwen3.5-397b-a17b is 3.6 GB a layer: 12 layers fit the disk) (CUDA_LAYERS of 48),
 #               experts streamed (host cache 100%) through GPU budgets CACHE_BUDGETS (10/25/50/100%),
 #               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1); CACHE_BENCH:
 #               more bench arguments (e.g. "--alternate device_tables")
@@ -115,7 +116,7 @@ PY
         --clients 1,4,16 --requests 2 --max-tokens 64 --extra "--backend cuda" 2>&1 | tee "$OUT/serve-bench.log" | tail -12 ;;
     cuda-cache)
       for skew in ${CACHE_SKEWS:-0 1}; do
-        q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}" "$skew")
+        q=$(synth "${CACHE_PRESET:-qwen3-30b-a3b}" "${CUDA_LAYERS:-48}" "$skew")
         for b in ${CACHE_BUDGETS:-10% 25% 50% 100%}; do
           for mode in ${CACHE_MODES:-copy cpu auto}; do
             l="$OUT/cuda-cache-s$skew-${b%\%}-$mode.log"
