@@ -196,11 +196,12 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
     const GpuExperts::Placed p = g.place(*m.source, m.source_layer, used, bytes, /*background=*/false, /*hold=*/false);
     g.wait_copies();
     for (size_t j = 0; j < used.size(); ++j) {
-      const bool on_slot = t.on_slot[size_t(used[j])];
-      ++(p.hit[j] && on_slot ? tiers_.hits : tiers_.copied);
-      if (!on_slot) tiers_.miss_bytes += t.bytes[size_t(used[j])];
+      // A hit whose entry still points at host memory (its copy finished after the last
+      // switch) is switched now: no miss.
+      ++(p.hit[j] ? tiers_.hits : tiers_.copied);
+      if (!p.hit[j]) tiers_.miss_bytes += t.bytes[size_t(used[j])];
       std::erase(tier_pending_, std::pair<DeviceTier*, int32_t>(&t, used[j]));
-      if (!on_slot) tier_point(t, used[j], true);
+      if (!t.on_slot[size_t(used[j])]) tier_point(t, used[j], true);
     }
   } else {
     ++tier_reads_.small_steps;
