@@ -123,7 +123,7 @@ PY
             timeout 150 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 2 --expert-cache 100% \
               --gpu-expert-cache "$b" --moe-misses "$mode" ${CACHE_BENCH:-} >"$l" 2>&1
             rows <"$l" | sed "s/^/skew $skew gpu $b $mode /"
-            grep -E "gpu expert cache|device tables|cpu experts|host-to-device|median ratio" "$l" | sed "s/^/  /"
+            grep -E "gpu expert cache|device tables|cpu experts|auto choice|host-to-device|median ratio" "$l" | sed "s/^/  /"
           done
         done
       done ;;

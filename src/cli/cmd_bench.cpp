@@ -416,6 +416,7 @@ Runner register_bench(CLI::App& app) {
       }
     }
     if (const std::string c = be.fact("cpu_experts"); !c.empty()) std::printf("cpu experts: %s\n", c.c_str());
+    if (const std::string a = be.fact("auto_choice"); !a.empty()) std::printf("auto choice: %s\n", a.c_str());
     if (const std::string g = be.fact("gpu_memory"); !g.empty()) std::printf("gpu memory: %s\n", g.c_str());
     finish_streaming(*model, a->stream, measured_s);
     return 0;

@@ -158,6 +158,19 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
                                         fixed(tier_reads_.admits ? 1e6 * tier_reads_.admit_s / double(tier_reads_.admits) : 0.0, 1),
                                         " us of host time"));
   }
+  if (opt_.moe_misses == MoeMisses::Auto) {
+    std::string line;
+    const char* names[2] = {"steps of at most 16 rows", "steps of 17 to 64 rows"};
+    static_assert(kTierRows == 16 && kAutoRows == 64);
+    for (int c = 0; c < 2; ++c) {
+      const ArmChoice& a = auto_arms_[c];
+      if (a.steps(0) + a.steps(1) == 0) continue;
+      line += cat(line.empty() ? "" : "; ", names[c], ": device tables ", fixed(1e3 * a.estimate(0), 3), " ms a row (",
+                  a.steps(0), " steps), copy / CPU split ", fixed(1e3 * a.estimate(1), 3), " ms a row (", a.steps(1),
+                  " steps): ", a.chosen() ? "split" : "tables");
+    }
+    if (!line.empty()) f.emplace_back("auto_choice", line);
+  }
   if (tiers_.cpu) {
     f.emplace_back("cpu_experts", cat(tiers_.cpu, " experts, ", tiers_.cpu_rows, " rows, ", fixed(tiers_.cpu_s, 3), " s, ",
                                       fixed(tiers_.cpu_s > 0 ? tiers_.cpu_work / tiers_.cpu_s / 1e9 : 0.0, 1),

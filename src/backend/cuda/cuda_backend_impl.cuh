@@ -5,6 +5,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <chrono>
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +20,7 @@
 #include "backend/cuda/device_memory.cuh"
 #include "backend/cuda/dweight.cuh"
 #include "backend/cuda/gpu_experts.cuh"
+#include "backend/arm_choice.h"
 #include "backend/miss_split.h"
 #include "backend/cuda/kernels.cuh"
 
@@ -148,7 +151,7 @@ class CudaBackend final : public Backend {
   };
   static constexpr int64_t kTierRows = 16;
   // m's tier, made at its first call (which syncs); null where the layer takes moe_cached's
-  // other paths (--moe-misses cpu / auto, --cpu-moe-layers, a host cache smaller than the pack,
+  // other paths (--moe-misses cpu, --cpu-moe-layers, a host cache smaller than the pack,
   // records not mapped, the device_tables switch off).
   DeviceTier* device_tier(const MoeSpec& m);
   // The routed experts of m through its tier: small steps as the table is, larger ones after
@@ -177,6 +180,15 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::GpuExperts> gpu_experts_;
   std::vector<cuda::GpuExperts::Placed> held_;  // the last streamed layer's placements
   TierRates rates_;
+  // --moe-misses auto: a step of at most kAutoRows rows runs one of two arms, chosen by their
+  // measured time a row per class of step (up to kTierRows rows, and above): 0, its streamed
+  // layers through the device tables as in copy mode; 1, through moe_cached with the misses
+  // split between the copy and the CPU. Larger steps (prefills) take the tables: their copies
+  // overlap the previous layer's compute, where the CPU would take several rows an expert.
+  static constexpr int64_t kAutoRows = 64;
+  ArmChoice auto_arms_[2];
+  int step_arm_ = -1, step_class_ = 0;  // -1: no choice for this step (the tables where there are)
+  std::chrono::steady_clock::time_point step_t0_;
   cuda::PinnedBuffer pinned_tables_, pinned_rows_;
   struct TierStats {
     uint64_t routed = 0;  // distinct experts of the steps that streamed

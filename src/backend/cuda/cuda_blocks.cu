@@ -300,7 +300,7 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
       it->second->pairs = T * K, ++tier_reads_.small_steps;
     return;
   }
-  DeviceTier* tier = m.source ? device_tier(m) : nullptr;
+  DeviceTier* tier = m.source && step_arm_ != 1 ? device_tier(m) : nullptr;
   if (m.source && !(tier && T <= kTierRows)) step_recordable_ = false;  // it waits for the host's reads
   const int64_t hidden = m.experts[0].gate.rows, pairs = T * K, tiles_max = max_tiles(pairs, E);
   Scratch sc(*pool_);

@@ -50,7 +50,7 @@ CudaBackend::DeviceTier* CudaBackend::device_tier(const MoeSpec& m) {
     cudaFree(kept->table), cudaFreeHost(kept->shadow), cudaFreeHost(kept->ids);
   }
   kept.reset();  // refused until made below (the answer stays for this spec)
-  if (opt_.moe_misses != MoeMisses::Copy || m.source_layer < opt_.cpu_moe_layers || !m.source->holds_all())
+  if (opt_.moe_misses == MoeMisses::Cpu || m.source_layer < opt_.cpu_moe_layers || !m.source->holds_all())
     return nullptr;
   const int64_t E = m.n_experts, K = m.n_experts_active;
   const int layer = m.source_layer;

@@ -146,7 +146,8 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
     placed.push_back(gpu_experts_->place(*m.source, layer, std::span<const int32_t>(on_cpu.data(), n),
                                          std::span<const size_t>(cpu_bytes.data(), n), /*background=*/true));
   }
-  if (prefill_prefetch_ && gpu_experts_ && m.next && m.next->source == m.source && T * K >= 2 * E &&
+  // (Not for auto's split: the next layer's split decides which of its misses are copied.)
+  if (prefill_prefetch_ && opt_.moe_misses != MoeMisses::Auto && gpu_experts_ && m.next && m.next->source == m.source && T * K >= 2 * E &&
       m.next->source_layer >= opt_.cpu_moe_layers)
     prefetch_layer(*m.next);
   for (size_t b : cpu_bytes) tiers_.miss_bytes += b;
