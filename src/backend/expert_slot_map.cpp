@@ -33,9 +33,21 @@ void ExpertSlotMap::touch(int64_t s) {
   tail_ = s;
 }
 
-int64_t ExpertSlotMap::victim(uint64_t step) const {
+void ExpertSlotMap::demote(int64_t s) {
+  if (pinned_slot_[size_t(s)]) return;
+  if (prev_[size_t(s)] >= 0 || head_ == s) unlink(s);
+  next_[size_t(s)] = head_;
+  (head_ >= 0 ? prev_[size_t(head_)] : tail_) = s;
+  head_ = s;
+}
+
+int64_t ExpertSlotMap::victim(uint64_t step, bool scan) const {
   // From the least recently used on, the first not placed by this step. The step's slots were
-  // moved to the tail as they were placed, so the walk stops within their count.
+  // moved to the tail as they were placed (a scan's misses to the head: the walk passes at
+  // most its own and the previous step's).
+  if (scan)
+    for (int64_t s = head_; s >= 0; s = next_[size_t(s)])
+      if (used_in_[size_t(s)] + 1 < step) return s;
   for (int64_t s = head_; s >= 0; s = next_[size_t(s)])
     if (used_in_[size_t(s)] != step) return s;
   return -1;
@@ -59,7 +71,7 @@ void ExpertSlotMap::grow(int layers) {
   where_.resize(size_t(layers_) * size_t(experts_), -1);
 }
 
-std::vector<ExpertSlotMap::Placement> ExpertSlotMap::place(int layer, std::span<const int32_t> experts) {
+std::vector<ExpertSlotMap::Placement> ExpertSlotMap::place(int layer, std::span<const int32_t> experts, bool scan) {
   if (layer < 0 || layer >= layers_) fail("expert slots: layer ", layer, " of ", layers_);
   const uint64_t step = ++step_;
   std::vector<Placement> out;
@@ -83,7 +95,7 @@ std::vector<ExpertSlotMap::Placement> ExpertSlotMap::place(int layer, std::span<
       s = free_.back();
       free_.pop_back();
     } else {
-      s = victim(step);
+      s = victim(step, scan);
       if (s < 0)
         fail("the GPU expert cache's ", slots(), " slots (", pinned_, " pinned) cannot hold the ", experts.size(),
              " experts one step of layer ", layer, " uses");
@@ -94,7 +106,8 @@ std::vector<ExpertSlotMap::Placement> ExpertSlotMap::place(int layer, std::span<
     where_[k] = s;
     slot_key_[size_t(s)] = int64_t(k);
     used_in_[size_t(s)] = step;
-    touch(s);
+    if (scan) demote(s);
+    else touch(s);
     Placement p{s, false};
     if (evicted >= 0) p.evicted_layer = int(evicted / experts_), p.evicted_expert = int(evicted % experts_);
     out.push_back(p);

@@ -2,7 +2,11 @@
 // GPU expert cache, free of CUDA so that it is tested on any machine. One layer's step asks for
 // the experts it uses; each gets its slot: a hit, or a miss given a free slot or the least
 // recently used one that this step does not use (the caller then copies the record in).
-// Pinned records (a routing profile's most used) are never evicted.
+// Pinned records (a routing profile's most used) are never evicted. A scan (a prefill, which
+// uses nearly every expert of every layer in turn: more than the cache when it is partial)
+// puts its misses at the least recently used end, so that they go first and the records that
+// were there before stay; its victims are not those of the call before either (the layer
+// whose kernels may still read them).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -27,7 +31,7 @@ class ExpertSlotMap {
   };
   // The slots of `experts` (distinct, of `layer`), in their order. Error when they are more
   // than the slots that are neither pinned nor held by the same call, or out of range.
-  std::vector<Placement> place(int layer, std::span<const int32_t> experts);
+  std::vector<Placement> place(int layer, std::span<const int32_t> experts, bool scan = false);
   // Places (layer, expert) and keeps it: a miss the caller fills. False when every slot is
   // pinned already.
   bool pin(int layer, int expert, Placement* where);
@@ -45,8 +49,11 @@ class ExpertSlotMap {
  private:
   size_t key(int layer, int expert) const { return size_t(layer) * size_t(experts_) + size_t(expert); }
   void touch(int64_t s);  // most recently used
+  void demote(int64_t s);  // least recently used
   void unlink(int64_t s);
-  int64_t victim(uint64_t step) const;  // least recently used, unpinned, not used by `step`; -1 if none
+  // Least recently used, unpinned, not used by `step` (scan: preferably not by the step before
+  // either); -1 if none.
+  int64_t victim(uint64_t step, bool scan) const;
 
   int layers_, experts_;
   std::vector<int64_t> where_;     // key -> slot, or -1

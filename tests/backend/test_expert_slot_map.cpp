@@ -47,6 +47,47 @@ TEST(ExpertSlotMap, LeastRecentlyUsedGoesFirst) {
   EXPECT_EQ(m.stats().evictions, 2u);
 }
 
+// Prefills visit every expert of every layer in turn. Over a cache of half of them, least
+// recently used insertion keeps nothing a prefill will meet again (each record goes before its
+// next use); a scan's misses going first keep what the cache held, and a later prefill finds it.
+TEST(ExpertSlotMap, RepeatedScansKeepHittingWhatTheCacheHeld) {
+  const int layers = 8, experts = 16, slots = layers * experts / 2;
+  std::vector<int32_t> all(experts);
+  for (int e = 0; e < experts; ++e) all[size_t(e)] = e;
+  for (const bool scan : {false, true}) {
+    SCOPED_TRACE(scan ? "scan" : "least recently used");
+    ExpertSlotMap m(slots, layers, experts);
+    for (int pass = 0; pass < 4; ++pass)
+      for (int l = 0; l < layers; ++l) m.place(l, all, scan);
+    const uint64_t before = m.stats().hits;
+    for (int l = 0; l < layers; ++l) m.place(l, all, scan);
+    const uint64_t got = m.stats().hits - before;
+    if (scan) {
+      // All but the slots the scan's misses rotate through (at most its last two layers').
+      EXPECT_GE(got, uint64_t(slots - 2 * experts));
+      EXPECT_LE(got, uint64_t(slots));
+    } else {
+      EXPECT_EQ(got, 0u);
+    }
+  }
+}
+
+// A scan takes no slot of the step before it (a layer whose kernels may still read them) while
+// older ones are there, and falls back to them only when nothing else is left.
+TEST(ExpertSlotMap, AScanSparesThePreviousStep) {
+  ExpertSlotMap m(4, 3, 8);
+  m.place(0, std::vector<int32_t>{0, 1}, true);
+  const auto prev = m.place(1, std::vector<int32_t>{0, 1}, true);
+  const auto p = m.place(2, std::vector<int32_t>{0, 1}, true);  // evicts layer 0's, not layer 1's
+  for (const auto& x : p) EXPECT_EQ(x.evicted_layer, 0);
+  EXPECT_EQ(m.slot_of(1, 0), prev[0].slot);
+  EXPECT_EQ(m.slot_of(1, 1), prev[1].slot);
+  const auto q = m.place(0, std::vector<int32_t>{5, 6, 7}, true);  // 2 from layer 1, then 1 from layer 2
+  int from2 = 0;
+  for (const auto& x : q) from2 += x.evicted_layer == 2;
+  EXPECT_EQ(from2, 1);
+}
+
 TEST(ExpertSlotMap, AStepKeepsItsOwnSlots) {
   ExpertSlotMap m(2, 1, 8);
   m.place(0, std::vector<int32_t>{0, 1});

@@ -53,9 +53,10 @@ class CudaBackend final : public Backend {
   // steps of layers whose records the host holds read a device table of slots and mapped host
   // records with no host round trip (DeviceTier); tc_prefill: steps and experts of at least
   // kTcRows rows with affine 4-bit or 8-bit weights on tensor cores (mma_rows.cu; off: the
-  // warp-per-row kernels).
+  // warp-per-row kernels); scan_insert: a prefill's misses in the GPU expert cache are the
+  // first to go, and what was there stays (off: they are the most recently used).
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill"};
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
@@ -259,6 +260,7 @@ class CudaBackend final : public Backend {
   bool wide_ = true;              // the wide_rows switch
   bool prefill_prefetch_ = true;  // the prefill_prefetch switch
   bool device_tables_ = true;     // the device_tables switch (DeviceTier; off: moe_cached's paths)
+  bool scan_insert_ = true;       // the scan_insert switch: a prefill's misses go first (ExpertSlotMap)
   bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)
   bool tc_prefill_ = true;        // the tc_prefill switch (mma_rows.cu)
   // GatedDeltaNet's device kernels ($MOEFLUX_CUDA_DEVICE_GDN=1, read at start: the layers'

@@ -193,7 +193,8 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
     tier_keep_placeable(t, used);
     std::vector<size_t> bytes;
     for (int32_t e : used) bytes.push_back(t.bytes[size_t(e)]);
-    const GpuExperts::Placed p = g.place(*m.source, m.source_layer, used, bytes, /*background=*/false, /*hold=*/false);
+    const GpuExperts::Placed p = g.place(*m.source, m.source_layer, used, bytes, /*background=*/false, /*hold=*/false,
+                                         /*scan=*/scan_insert_ && T * K >= 2 * m.n_experts);
     g.wait_copies();
     for (size_t j = 0; j < used.size(); ++j) {
       // A hit whose entry still points at host memory (its copy finished after the last

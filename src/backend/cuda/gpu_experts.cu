@@ -81,10 +81,10 @@ bool GpuExperts::copies_idle() {
 }
 
 GpuExperts::Placed GpuExperts::place(ExpertSource& src, int layer, std::span<const int32_t> experts,
-                                     std::span<const size_t> bytes, bool background, bool hold) {
+                                     std::span<const size_t> bytes, bool background, bool hold, bool scan) {
   MF_ASSERT(experts.size() == bytes.size());
   map_.grow(layer + 1);
-  const auto where = map_.place(layer, experts);
+  const auto where = map_.place(layer, experts, scan);
   if (!background_slots_.empty()) {
     const cudaError_t q = cudaEventQuery(background_done_);
     if (q == cudaSuccess) background_slots_.clear(), background_held_.clear();

@@ -68,10 +68,10 @@ class GpuExperts {
   // needs. background: no one waits for these copies now (wait_copies() does not cover them;
   // their host records are held here until settle()). hold = false: the caller keeps the
   // records in host memory until the copies are done (it holds them for good), and none are
-  // held here.
+  // held here. scan: a prefill's (ExpertSlotMap::place).
   // An error reading one leaves it out of the cache and is raised.
   Placed place(ExpertSource& src, int layer, std::span<const int32_t> experts, std::span<const size_t> bytes,
-               bool background = false, bool hold = true);
+               bool background = false, bool hold = true, bool scan = false);
   // The compute stream waits (on the device) for the copies place() issued, background ones
   // excepted.
   void wait_copies();

@@ -111,7 +111,8 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
     for (size_t gi = 0; gi < groups; ++gi) {
       const size_t i0 = gi * group, n = std::min(group, on_gpu.size() - i0);
       const std::span<const int32_t> part(on_gpu.data() + i0, n);
-      placed.push_back(g.place(*m.source, layer, part, std::span<const size_t>(gpu_bytes.data() + i0, n)));
+      placed.push_back(g.place(*m.source, layer, part, std::span<const size_t>(gpu_bytes.data() + i0, n),
+                               /*background=*/false, /*hold=*/true, /*scan=*/scan_insert_ && T * K >= 2 * E));
       const GpuExperts::Placed& p = placed.back();
       for (size_t j = 0; j < n; ++j) {
         ++(p.hit[j] ? tiers_.hits : tiers_.copied);
@@ -181,7 +182,7 @@ void CudaBackend::prefetch_layer(const MoeSpec& next) {
   }
   if (experts.empty()) return;
   try {
-    g.place(*next.source, next.source_layer, experts, bytes, /*background=*/true);
+    g.place(*next.source, next.source_layer, experts, bytes, /*background=*/true, /*hold=*/true, /*scan=*/scan_insert_);
     tiers_.prefetched += experts.size();
   } catch (const Error&) {
     // Advisory: the failed record is out of the cache, and the layer's own read reports it.
