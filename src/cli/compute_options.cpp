@@ -27,8 +27,8 @@ void add_compute_options(CLI::App* sub, ComputeArgs& a) {
                   "(the free GPU memory less a reserve); default none: each step's experts are staged");
   sub->add_option("--moe-misses", a.moe_misses,
                   "Where a streamed expert missing from the GPU expert cache computes: copy (into the cache, then the "
-                  "GPU), cpu (the CPU, while the GPU computes the hits), auto (each step split between the two from "
-                  "measured rates)")
+                  "GPU), cpu (the CPU, while the GPU computes the hits), auto (decode and small batches: copy or each "
+                  "step's misses split between the two, whichever the steps measure faster; prefills: copy)")
       ->check(CLI::IsMember({"copy", "cpu", "auto"}));
   sub->add_option("--cpu-moe-layers,--n-cpu-moe", a.cpu_moe_layers,
                   "(llama.cpp's --n-cpu-moe) the streamed experts of the first N MoE layers always compute on the CPU "
