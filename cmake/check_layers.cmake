@@ -7,7 +7,7 @@ set(LAYER_GROUPS
   "core/"
   "format/"
   "tokenizer/,template/"
-  "backend/ref/,backend/backend,backend/act,backend/blocks,backend/state,backend/expert_source,backend/expert_slot_map,backend/miss_split"
+  "backend/ref/,backend/backend,backend/act,backend/blocks,backend/state,backend/expert_source,backend/expert_slot_map,backend/miss_split,backend/arm_choice"
   "backend/cpu/,backend/cuda/"
   "backend/registry"
   "model/"
