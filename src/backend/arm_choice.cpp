@@ -1,46 +1,47 @@
 #include "backend/arm_choice.h"
 
 #include <algorithm>
-#include <cstddef>
 #include <vector>
 
 namespace moeflux {
 
-ArmChoice::ArmChoice(int explore, int probe_every) : explore_(std::max(1, explore)), probe_every_(std::max(2, probe_every)) {}
+ArmChoice::ArmChoice(int explore, int probe_every)
+    : explore_(std::max(1, explore)), probe_every_(std::max(2 * kBlock, probe_every)) {}
 
-int ArmChoice::chosen() const {
-  const double a = estimate(0), b = estimate(1);
-  return a > 0 && b > 0 && b < a ? 1 : 0;
+bool ArmChoice::exploring() const {
+  // Until the ratios are in; an arm whose steps record nothing ends it after 8 x explore blocks.
+  return ratios_.size() < size_t(explore_) && blocks_ < uint64_t(8 * explore_);
 }
 
 int ArmChoice::pick() {
-  const uint64_t n = picks_++;
-  // Each arm in turn until both have their samples (an arm whose steps record nothing stops
-  // being tried after 4 x explore of them).
-  const auto exploring = [&](int arm) {
-    return samples_[arm].size() < size_t(explore_) && steps_[arm] < uint64_t(4 * explore_);
-  };
-  if (exploring(0) || exploring(1)) {
-    if (!exploring(0)) return 1;
-    if (!exploring(1)) return 0;
-    return steps_[1] < steps_[0] ? 1 : 0;
+  if (block_left_ == 0) {
+    if (exploring()) {
+      block_arm_ = int(blocks_ % 2);
+    } else if (since_probe_ >= uint64_t(probe_every_)) {
+      block_arm_ = 1 - chosen(), since_probe_ = 0;
+    } else {
+      block_arm_ = chosen();
+    }
+    ++blocks_, block_left_ = kBlock;
   }
-  const int best = chosen();
-  return n % uint64_t(probe_every_) == 0 ? 1 - best : best;
+  --block_left_, ++since_probe_;
+  return block_arm_;
 }
 
 void ArmChoice::record(int arm, double seconds, int64_t rows) {
   ++steps_[arm];
-  if (!(seconds > 0) || rows <= 0) return;
-  std::deque<double>& s = samples_[arm];
-  s.push_back(seconds / double(rows));
-  if (s.size() > kKeep) s.pop_front();
+  if (block_left_ != 0 || arm != block_arm_ || !(seconds > 0) || rows <= 0) return;
+  const double s = seconds / double(rows);  // the block's last step
+  if (last_arm_ >= 0 && last_arm_ != arm) {
+    ratios_.push_back(arm == 1 ? s / last_sample_ : last_sample_ / s);
+    if (ratios_.size() > kKeep) ratios_.pop_front();
+  }
+  last_arm_ = arm, last_sample_ = s;
 }
 
-double ArmChoice::estimate(int arm) const {
-  const std::deque<double>& s = samples_[arm];
-  if (s.empty()) return 0;
-  std::vector<double> v(s.begin(), s.end());
+double ArmChoice::ratio() const {
+  if (ratios_.empty()) return 0;
+  std::vector<double> v(ratios_.begin(), ratios_.end());
   std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
   return v[v.size() / 2];
 }

@@ -1,8 +1,12 @@
 // Which of two ways to run a kind of step is faster, learnt from the steps themselves
 // (--moe-misses auto: a step's experts through the device tables, or split between the copy
-// and the CPU). Each way is tried a few times in turn, then the faster one by median time a
-// row runs, the other tried again every `probe_every` steps so that a change in the workload
-// is seen. Free of CUDA so that it is tested on any machine.
+// and the CPU). Steps run in blocks of two of one arm; a block's sample is its second step's
+// time a row (the first pays for the switch: caches and tables the other arm left as it
+// liked). Adjacent blocks of the two arms give a ratio, arm 1's time over arm 0's, that the
+// slow drift of a workload (a context that grows, a cache that warms after a prefill) does not
+// bias; the choice follows the median of the last ratios. The arms alternate until `explore`
+// ratios are in, then the faster one runs, the other for one block every `probe_every` steps.
+// Free of CUDA so that it is tested on any machine.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,25 +16,29 @@ namespace moeflux {
 
 class ArmChoice {
  public:
-  static constexpr int kArms = 2;
-  // explore: samples of each arm before choosing; probe_every: steps between tries of the
-  // arm not chosen (at least 2).
-  explicit ArmChoice(int explore = 5, int probe_every = 32);
+  static constexpr int kBlock = 2;  // steps of one arm in a row
+
+  explicit ArmChoice(int explore = 4, int probe_every = 48);
 
   int pick();  // the arm of the next step
-  // A step of `rows` rows that ran arm `arm` in `seconds` (ignored unless both are positive).
+  // The step just picked ran arm `arm`: `rows` rows in `seconds` (no sample unless both are
+  // positive).
   void record(int arm, double seconds, int64_t rows);
-  // Median seconds a row of the arm's last samples; 0 before any.
-  double estimate(int arm) const;
+  // Median of the last ratios of arm 1's time a row to arm 0's; 0 before any.
+  double ratio() const;
+  int chosen() const { return ratios_.empty() || ratio() >= 1.0 ? 0 : 1; }
   uint64_t steps(int arm) const { return steps_[arm]; }
-  int chosen() const;  // the arm with the lower estimate (0 on a tie or with no samples)
 
  private:
-  static constexpr size_t kKeep = 7;  // samples an estimate is the median of
+  static constexpr size_t kKeep = 7;  // ratios the median is of
+  bool exploring() const;
   int explore_, probe_every_;
-  std::deque<double> samples_[kArms];
-  uint64_t steps_[kArms] = {0, 0};
-  uint64_t picks_ = 0;
+  int block_arm_ = 0, block_left_ = 0;  // the current block's arm and its steps still to pick
+  uint64_t blocks_ = 0, since_probe_ = 0;  // blocks begun; steps since the last probe
+  int last_arm_ = -1;                      // the last finished block's arm (-1: none) ...
+  double last_sample_ = 0;                 // ... and its sample
+  std::deque<double> ratios_;
+  uint64_t steps_[2] = {0, 0};
 };
 
 }  // namespace moeflux

@@ -165,9 +165,9 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
     for (int c = 0; c < 2; ++c) {
       const ArmChoice& a = auto_arms_[c];
       if (a.steps(0) + a.steps(1) == 0) continue;
-      line += cat(line.empty() ? "" : "; ", names[c], ": device tables ", fixed(1e3 * a.estimate(0), 3), " ms a row (",
-                  a.steps(0), " steps), copy / CPU split ", fixed(1e3 * a.estimate(1), 3), " ms a row (", a.steps(1),
-                  " steps): ", a.chosen() ? "split" : "tables");
+      line += cat(line.empty() ? "" : "; ", names[c], ": device tables ", a.steps(0), " steps, copy / CPU split ",
+                  a.steps(1), " steps, the split's time a row over the tables' ", fixed(a.ratio(), 3), ": ",
+                  a.chosen() ? "split" : "tables");
     }
     if (!line.empty()) f.emplace_back("auto_choice", line);
   }
