@@ -1,8 +1,8 @@
 // Which of two ways to run a kind of step is faster, learnt from the steps themselves
 // (--moe-misses auto: a step's experts through the device tables, or split between the copy
-// and the CPU). Steps run in blocks of two of one arm; a block's sample is its second step's
-// time a row (the first pays for the switch: caches and tables the other arm left as it
-// liked). Adjacent blocks of the two arms give a ratio, arm 1's time over arm 0's, that the
+// and the CPU). Steps run in blocks of three of one arm; a block's sample is its last step's
+// time a row (the first two pay for the switch: the device tables switch an entry to a slot
+// that the other arm filled at the end of the step after the one that routed to it). Adjacent blocks of the two arms give a ratio, arm 1's time over arm 0's, that the
 // slow drift of a workload (a context that grows, a cache that warms after a prefill) does not
 // bias; the choice follows the median of the last ratios. The arms alternate until `explore`
 // ratios are in, then the faster one runs, the other for one block every `probe_every` steps.
@@ -16,9 +16,9 @@ namespace moeflux {
 
 class ArmChoice {
  public:
-  static constexpr int kBlock = 2;  // steps of one arm in a row
+  static constexpr int kBlock = 3;  // steps of one arm in a row
 
-  explicit ArmChoice(int explore = 4, int probe_every = 48);
+  explicit ArmChoice(int explore = 4, int probe_every = 64);
 
   int pick();  // the arm of the next step
   // The step just picked ran arm `arm`: `rows` rows in `seconds` (no sample unless both are
