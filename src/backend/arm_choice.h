@@ -2,8 +2,8 @@
 // (--moe-misses auto: a step's experts through the device tables, or split between the copy
 // and the CPU). Steps run in blocks of three of one arm; a block's sample is its last step's
 // time a row (the first two pay for the switch: the device tables switch an entry to a slot
-// that the other arm filled at the end of the step after the one that routed to it). Adjacent blocks of the two arms give a ratio, arm 1's time over arm 0's, that the
-// slow drift of a workload (a context that grows, a cache that warms after a prefill) does not
+// that the other arm filled at the end of the step after the one that routed to it). Adjacent
+// blocks of the two arms give a ratio, arm 1's time over arm 0's, that the slow drift of a workload (a context that grows, a cache that warms after a prefill) does not
 // bias; the choice follows the median of the last ratios. The arms alternate until `explore`
 // ratios are in, then the faster one runs, the other for one block every `probe_every` steps.
 // Free of CUDA so that it is tested on any machine.

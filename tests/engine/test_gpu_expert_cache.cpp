@@ -7,6 +7,8 @@
 // float rounding; a read error fails one pass and the next works.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "backend/registry.h"
 #include "core/error.h"
 #include "engine/engine_cases.h"
@@ -87,6 +89,29 @@ TEST(GpuExpertCache, DeviceTablesGiveTheResidentBits) {
       const auto again = run(*m);
       for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(test::first_difference(again[i], want[i]), -1) << "again, step " << i;
     }
+}
+
+// The routed ids a device-table step leaves for the admission after it, written to the host by
+// the router kernel (route_ids) or copied on the stream: the same admissions either way, so the
+// same bytes are copied into the GPU cache (when an entry switches to its slot depends on
+// timing, what is copied does not), and the same bits.
+TEST(GpuExpertCache, TheRouterWritesTheIdsTheCopyWould) {
+  if (std::string why; !backend_usable("cuda", &why)) GTEST_SKIP() << why;
+  const auto want = run(*demo_on_gpu(""));
+  std::string copied[2];  // bytes copied into the GPU cache
+  for (const bool route_ids : {false, true}) {
+    SCOPED_TRACE(route_ids ? "route_ids on" : "route_ids off");
+    auto m = demo_on_gpu("10%", MoeMisses::Copy, 0, "100%");
+    m->backend->set_ab_switch("route_ids", route_ids);
+    for (int pass = 0; pass < 2; ++pass) {
+      const auto got = run(*m);
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(test::first_difference(got[i], want[i]), -1) << "step " << i;
+    }
+    EXPECT_FALSE(m->backend->fact("device_tables").empty());
+    copied[route_ids] = m->backend->fact("gpu_copied_bytes");
+    EXPECT_GT(std::atoll(copied[route_ids].c_str()), 0);
+  }
+  EXPECT_EQ(copied[0], copied[1]);
 }
 
 // One slot: every expert of every step goes through it, one at a time.

@@ -148,6 +148,7 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
                   " GB staged), waited-for copies at ",
                   fixed(st.copy_s > 0 ? double(st.bytes_timed) / st.copy_s / 1e9 : 0.0, 1), " GB/s, ",
                   fixed(st.copy_wait_s, 3), " s waiting for host records, ", tiers_.prefetched, " prefetched for prefill");
+      f.emplace_back("gpu_copied_bytes", cat(st.bytes_copied));
     }
     f.emplace_back("gpu_expert_cache", line);
     f.emplace_back("gpu_miss_bytes", cat(tiers_.miss_bytes));
@@ -204,6 +205,7 @@ bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "device_tables") return device_tables_;
   if (name == "tc_prefill") return tc_prefill_;
   if (name == "scan_insert") return scan_insert_;
+  if (name == "route_ids") return route_ids_;
   return Backend::ab_switch(name);
 }
 
@@ -214,6 +216,7 @@ void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   else if (name == "device_tables") device_tables_ = on;
   else if (name == "tc_prefill") tc_prefill_ = on;
   else if (name == "scan_insert") scan_insert_ = on;
+  else if (name == "route_ids") route_ids_ = on;
   else Backend::set_ab_switch(name, on);
 }
 

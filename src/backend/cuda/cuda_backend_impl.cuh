@@ -54,9 +54,11 @@ class CudaBackend final : public Backend {
   // records with no host round trip (DeviceTier); tc_prefill: steps and experts of at least
   // kTcRows rows with affine 4-bit or 8-bit weights on tensor cores (mma_rows.cu; off: the
   // warp-per-row kernels); scan_insert: a prefill's misses in the GPU expert cache are the
-  // first to go, and what was there stays (off: they are the most recently used).
+  // first to go, and what was there stays (off: they are the most recently used); route_ids:
+  // a device-table step's routed ids written to the host by the router kernel (off: copied
+  // on the stream after the layer's experts).
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert"};
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert", "route_ids"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
@@ -146,6 +148,7 @@ class CudaBackend final : public Backend {
     std::vector<bool> on_slot;          // the shadow's entry points at the expert's slot
     std::vector<size_t> bytes;          // each record's extent
     int32_t* ids = nullptr;             // pinned: a small step's routed ids (kTierRows x k)
+    int32_t* ids_mapped = nullptr;      // ... its device view (null: not mapped)
     int64_t pairs = 0;                  // ... how many (0: none to admit)
     int fmt_gu = cuda::kNoFmt, fmt_d = cuda::kNoFmt;
     bool wide_gu = false, wide_d = false;
@@ -261,6 +264,7 @@ class CudaBackend final : public Backend {
   bool prefill_prefetch_ = true;  // the prefill_prefetch switch
   bool device_tables_ = true;     // the device_tables switch (DeviceTier; off: moe_cached's paths)
   bool scan_insert_ = true;       // the scan_insert switch: a prefill's misses go first (ExpertSlotMap)
+  bool route_ids_ = false;        // the route_ids switch: the router writes a tier's ids to the host
   bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)
   bool tc_prefill_ = true;        // the tc_prefill switch (mma_rows.cu)
   // GatedDeltaNet's device kernels ($MOEFLUX_CUDA_DEVICE_GDN=1, read at start: the layers'

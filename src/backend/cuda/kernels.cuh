@@ -118,9 +118,10 @@ struct RouteDev {
   const float* bias = nullptr;  // SigmoidGrouped selection bias (n_experts) or null
 };
 // ids, weights (T, k) of the router logits (T, n_experts); order (T, k): each token's slots in
-// ascending (expert id, slot), the order in which outputs are summed.
+// ascending (expert id, slot), the order in which outputs are summed. ids_host (mapped host
+// memory, or null): the ids again, written there by the kernel (no copy on the stream).
 void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
-           cudaStream_t s);
+           cudaStream_t s, int32_t* ids_host = nullptr);
 
 // The routed experts of a step. Pairs p = t * k + j (token t, slot j) are grouped by expert
 // (sorted) into tiles (kTileFields ints each: expert, first sorted pair, count): of at most kTile

@@ -57,7 +57,8 @@ __device__ float warp_max(float v) {
   return v;
 }
 
-__global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, float* w_out, int32_t* order_out) {
+__global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, float* w_out, int32_t* order_out,
+                             int32_t* ids_host) {
   __shared__ float p[kMaxExperts], choice[kMaxExperts];
   __shared__ bool taken[kMaxExperts];
   __shared__ int ids[kMaxK], ord[kMaxK];
@@ -142,8 +143,10 @@ __global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, 
     }
   }
   __syncwarp();
-  for (int j = lane; j < K; j += 32)
+  for (int j = lane; j < K; j += 32) {
     ids_out[t * K + j] = ids[j], w_out[t * K + j] = wsh[j], order_out[t * K + j] = ord[j];
+    if (ids_host) ids_host[t * K + j] = ids[j];
+  }
 }
 
 __global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t tc_min, int32_t* sorted,
@@ -312,10 +315,10 @@ void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim,
 }
 
 void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
-           cudaStream_t s) {
+           cudaStream_t s, int32_t* ids_host) {
   MF_ASSERT(r.n_experts <= kMaxExperts && r.k <= kMaxK && r.n_group <= 64);
   if (T == 0) return;
-  route_kernel<<<unsigned(T), 32, 0, s>>>(r, logits, ids, weights, order);
+  route_kernel<<<unsigned(T), 32, 0, s>>>(r, logits, ids, weights, order, ids_host);
   MF_CUDA_LAUNCHED("route");
 }
 
