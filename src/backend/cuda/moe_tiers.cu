@@ -148,8 +148,8 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
                                          std::span<const size_t>(cpu_bytes.data(), n), /*background=*/true));
   }
   // (Not for auto's split: the next layer's split decides which of its misses are copied.)
-  if (prefill_prefetch_ && opt_.moe_misses != MoeMisses::Auto && gpu_experts_ && m.next && m.next->source == m.source && T * K >= 2 * E &&
-      m.next->source_layer >= opt_.cpu_moe_layers)
+  if (prefill_prefetch_ && opt_.moe_misses != MoeMisses::Auto && gpu_experts_ && m.next &&
+      m.next->source == m.source && T * K >= 2 * E && m.next->source_layer >= opt_.cpu_moe_layers)
     prefetch_layer(*m.next);
   for (size_t b : cpu_bytes) tiers_.miss_bytes += b;
   if (!on_cpu.empty()) moe_on_host(m, xh, ids, on_cpu, cpu_bytes, y);
