@@ -162,7 +162,9 @@ class CudaBackend final : public Backend {
   // placing their experts (up to the slots) and waiting for the copies.
   void moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
                 const cuda::PairTiles& pt, float* h, float* y);
-  void tier_write(DeviceTier& t, int32_t e);  // queues entry e of the shadow into the table
+  // Whether the router writes a small step's ids into t's mapped buffer (route_ids), or they
+  // are copied there after the layer's experts.
+  bool router_writes_ids(const DeviceTier& t) const { return route_ids_ && t.ids_mapped; }
   void tier_point(DeviceTier& t, int32_t e, bool slot);  // the shadow's entry e, queued
   void tier_evicted(int layer, int expert);    // GpuExperts' evict hook
   // Counts a step's distinct routed experts (most routed first) and keeps those the slots can

@@ -319,7 +319,7 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   int32_t* order = sc.get<int32_t>(size_t(pairs));
   // A small step through a tier leaves its routed ids for admit_routed(): written by the router
   // itself into the tier's mapped buffer (route_ids), or copied there after the experts.
-  const bool mirror = tier && T <= kTierRows && route_ids_ && tier->ids_mapped;
+  const bool mirror = tier && T <= kTierRows && router_writes_ids(*tier);
   route(r, logits, T, ids, weights, order, stream_, mirror ? tier->ids_mapped : nullptr);
   int32_t* sorted = sc.get<int32_t>(size_t(pairs));
   int32_t* tiles = sc.get<int32_t>(size_t(tiles_max * kTileFields));

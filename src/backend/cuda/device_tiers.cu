@@ -216,7 +216,7 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
   if (T > kTierRows && prefill_prefetch_ && m.next && m.next->source == m.source && T * K >= 2 * m.n_experts)
     prefetch_layer(*m.next);
   if (T <= kTierRows) {  // the routed ids, for admit_routed() after the step (the router wrote them: route_ids)
-    if (!(route_ids_ && t.ids_mapped))
+    if (!router_writes_ids(t))
       MF_CUDA(cudaMemcpyAsync(t.ids, ids_dev, size_t(T * K) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     t.pairs = T * K;
   }
