@@ -5,7 +5,9 @@
 // that the other arm filled at the end of the step after the one that routed to it). Adjacent
 // blocks of the two arms give a ratio, arm 1's time over arm 0's, that the slow drift of a workload (a context that grows, a cache that warms after a prefill) does not
 // bias; the choice follows the median of the last ratios. The arms alternate until `explore`
-// ratios are in, then the faster one runs, the other for one block every `probe_every` steps.
+// ratios are in, then the faster one runs, the other for one block after `probe_every` steps;
+// each probe that leaves the choice as it was doubles the wait for the next (up to kBackoff
+// times), and a change of choice brings it back to `probe_every`.
 // Free of CUDA so that it is tested on any machine.
 #pragma once
 #include <cstddef>
@@ -16,7 +18,8 @@ namespace moeflux {
 
 class ArmChoice {
  public:
-  static constexpr int kBlock = 3;  // steps of one arm in a row
+  static constexpr int kBlock = 3;    // steps of one arm in a row
+  static constexpr int kBackoff = 8;  // the longest wait between probes, in probe_every
 
   explicit ArmChoice(int explore = 4, int probe_every = 64);
 
@@ -33,6 +36,7 @@ class ArmChoice {
   static constexpr size_t kKeep = 7;  // ratios the median is of
   bool exploring() const;
   int explore_, probe_every_;
+  int wait_;                            // steps between probes now
   int block_arm_ = 0, block_left_ = 0;  // the current block's arm and its steps still to pick
   uint64_t blocks_ = 0, since_probe_ = 0;  // blocks begun; steps since the last probe
   int last_arm_ = -1;                      // the last finished block's arm (-1: none) ...

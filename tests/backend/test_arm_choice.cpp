@@ -44,13 +44,25 @@ TEST(ArmChoice, KeepsToTheFasterArmAndProbesTheOther) {
     const auto n = run(c, fast ? fixed(2e-3, 1e-3) : fixed(1e-3, 2e-3), 400);
     EXPECT_EQ(c.chosen(), fast);
     EXPECT_DOUBLE_EQ(c.ratio(), fast ? 0.5 : 2.0);
-    // Exploring: 4 blocks (3 ratios), 2 of them the slow arm's; then a block in about every 16
-    // steps (a probe starts at the end of a block).
+    // Exploring: 4 blocks (3 ratios), 2 of them the slow arm's; then probes of one block after
+    // 16, 32, 64, 128, 128 ... steps (each starts at the end of a block).
     const int probes = n[size_t(1 - fast)] / ArmChoice::kBlock - 2;
     EXPECT_EQ(n[size_t(1 - fast)] % ArmChoice::kBlock, 0);
-    EXPECT_GE(probes, (400 - 4 * ArmChoice::kBlock) / (16 + 2 * ArmChoice::kBlock));
-    EXPECT_LE(probes, (400 - 4 * ArmChoice::kBlock) / 16);
+    EXPECT_GE(probes, 4);
+    EXPECT_LE(probes, 5);
   }
+}
+
+// A choice that holds is probed less and less often: at most one block in kBackoff x
+// probe_every steps once the waits have grown, and never less.
+TEST(ArmChoice, ProbesLessOftenWhileTheChoiceHolds) {
+  ArmChoice c(3, 16);
+  run(c, fixed(1e-3, 1.25e-3), 2000);
+  const auto n = run(c, fixed(1e-3, 1.25e-3), 4000);
+  const int longest = ArmChoice::kBackoff * 16;
+  EXPECT_GE(n[1], ArmChoice::kBlock * (4000 / (longest + 2 * ArmChoice::kBlock) - 1));
+  EXPECT_LE(n[1], ArmChoice::kBlock * (4000 / longest + 1));
+  EXPECT_EQ(c.chosen(), 0);
 }
 
 TEST(ArmChoice, ComparesTimeARowNotTimeAStep) {

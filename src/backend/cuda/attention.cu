@@ -6,6 +6,7 @@
 #include "backend/cuda/block_math.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace moeflux::cuda {
 
@@ -15,6 +16,7 @@ constexpr int kMaxHeadDim = 256, kPrepThreads = 64, kAttWarps = 4;
 
 __global__ void gqa_prep_kernel(GqaDev a, const float* qg, const float* kn, const float* vn, const int32_t* pos_at,
                                 float* q, float* gate, float* k, float* v) {
+  await_previous();
   __shared__ float vec[kMaxHeadDim];
   __shared__ float red[kPrepThreads / 32];
   const int64_t t = blockIdx.x, len0 = *pos_at;
@@ -59,6 +61,7 @@ __global__ void gqa_prep_kernel(GqaDev a, const float* qg, const float* kn, cons
 __global__ void __launch_bounds__(kAttWarps * 32)
     gqa_attend_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v,
                       const int32_t* pos_at, float* att) {
+  await_previous();
   __shared__ float sm[kAttWarps], sl[kAttWarps], sacc[kAttWarps][kMaxHeadDim];
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x & 31, hd = a.head_dim;
   const int64_t t = blockIdx.y, idx = *pos_at + t;
@@ -129,6 +132,7 @@ __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a
 __global__ void __launch_bounds__(kScoreWarps * 32)
     gqa_attend_smem_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v,
                            const int32_t* pos_at, float* att) {
+  await_previous();
   __shared__ float sc[kScoresMax];
   __shared__ float part[kScoreWarps][kMaxHeadDim];
   __shared__ float red[kScoreWarps];
@@ -202,9 +206,8 @@ void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn
               float* q, float* gate, float* k, float* v, cudaStream_t s) {
   MF_ASSERT(a.head_dim <= kMaxHeadDim);
   if (T == 0) return;
-  gqa_prep_kernel<<<dim3(unsigned(T), unsigned(a.n_heads + a.n_kv_heads)), kPrepThreads, 0, s>>>(a, qg, kn, vn, pos, q,
-                                                                                              gate, k, v);
-  MF_CUDA_LAUNCHED("gqa_prep");
+  launch("gqa_prep", gqa_prep_kernel, dim3(unsigned(T), unsigned(a.n_heads + a.n_kv_heads)), dim3(kPrepThreads), s, a, qg,
+         kn, vn, pos, q, gate, k, v);
 }
 
 void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float* k, const float* v, int64_t T,
@@ -212,13 +215,12 @@ void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float*
   MF_ASSERT(a.head_dim <= kMaxHeadDim);
   if (T == 0) return;
   if (a.head_dim % 4 == 0 && ctx_max <= kScoresMax) {
-    gqa_attend_smem_kernel<<<dim3(unsigned(a.n_heads), unsigned(T)), kScoreWarps * 32, 0, s>>>(a, q, gate, k, v, pos,
-                                                                                                att);
-    MF_CUDA_LAUNCHED("gqa_attend");
+    launch("gqa_attend", gqa_attend_smem_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(kScoreWarps * 32), s, a, q,
+           gate, k, v, pos, att);
     return;
   }
-  gqa_attend_kernel<<<dim3(unsigned(a.n_heads), unsigned(T)), kAttWarps * 32, 0, s>>>(a, q, gate, k, v, pos, att);
-  MF_CUDA_LAUNCHED("gqa_attend");
+  launch("gqa_attend", gqa_attend_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(kAttWarps * 32), s, a, q, gate, k,
+         v, pos, att);
 }
 
 }  // namespace moeflux::cuda

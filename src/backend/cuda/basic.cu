@@ -2,6 +2,7 @@
 #include "backend/cuda/block_math.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace moeflux::cuda {
 
@@ -9,6 +10,7 @@ namespace {
 
 template <int F>
 __global__ void embed_kernel(DW w, const int32_t* ids, float* out) {
+  await_previous();
   const int64_t t = blockIdx.y, r = ids[t];
   for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < w.cols; c += int64_t(gridDim.x) * blockDim.x)
     out[t * w.cols + c] = load1<F>(w, r, c);
@@ -27,6 +29,7 @@ __device__ float block_sum(float v, float* sh) {
 }
 
 __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, float* h, int64_t cols) {
+  await_previous();
   __shared__ float sh[32];
   float* xr = x + blockIdx.x * cols;
   float* hr = h + blockIdx.x * cols;
@@ -42,11 +45,13 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, fl
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  await_previous();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] += y[i];
 }
 
 __global__ void add_scaled_rows_kernel(float* out, const float* y, const float* scale, bool sig, int64_t cols) {
+  await_previous();
   float g = scale ? scale[blockIdx.y] : 1.0f;
   if (sig) g = 1.0f / (1.0f + expf(-g));
   const int64_t base = blockIdx.y * cols;
@@ -55,6 +60,7 @@ __global__ void add_scaled_rows_kernel(float* out, const float* y, const float* 
 }
 
 __global__ void silu_mul_kernel(const float* g, const float* u, float* h, int64_t n) {
+  await_previous();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float a = g[i];
     h[i] = a / (1.0f + expf(-a)) * u[i];
@@ -63,6 +69,7 @@ __global__ void silu_mul_kernel(const float* g, const float* u, float* h, int64_
 
 // One block per (row, head): the pairs (i, i + rot_dim / 2).
 __global__ void rope_kernel(RopeDev t, int64_t head_dim, int64_t pos0, float* x, int64_t cols) {
+  await_previous();
   float* v = x + blockIdx.x * cols + blockIdx.y * head_dim;
   rope_rotate_half(v, t, float(pos0 + blockIdx.x));
 }
@@ -76,42 +83,38 @@ unsigned blocks_for(int64_t n, int threads) {
 void embed(const DW& w, const int32_t* ids, int64_t T, float* out, cudaStream_t s) {
   if (T == 0) return;
   with_fmt(w.fmt, [&](auto f) {
-    embed_kernel<decltype(f)::value><<<dim3(blocks_for(w.cols, 256), unsigned(T)), 256, 0, s>>>(w, ids, out);
+    launch("embed", embed_kernel<decltype(f)::value>, dim3(blocks_for(w.cols, 256), unsigned(T)), dim3(256), s, w, ids,
+           out);
   });
-  MF_CUDA_LAUNCHED("embed");
 }
 
 void add_rms_norm(float* x, const float* y, const float* w, float eps, float* h, int64_t rows, int64_t cols,
                   cudaStream_t s) {
   if (rows == 0) return;
   const int threads = cols >= 1024 ? 1024 : cols >= 256 ? 256 : 32;
-  add_rms_norm_kernel<<<unsigned(rows), threads, 0, s>>>(x, y, w, eps, h, cols);
-  MF_CUDA_LAUNCHED("add_rms_norm");
+  launch("add_rms_norm", add_rms_norm_kernel, dim3(unsigned(rows)), dim3(threads), s, x, y, w, eps, h, cols);
 }
 
 void add(float* x, const float* y, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, y, n);
-  MF_CUDA_LAUNCHED("add");
+  launch("add", add_kernel, dim3(blocks_for(n, 256)), dim3(256), s, x, y, n);
 }
 
 void add_scaled_rows(float* out, const float* y, const float* scale, bool sigmoid, int64_t rows, int64_t cols,
                      cudaStream_t s) {
   if (rows == 0) return;
-  add_scaled_rows_kernel<<<dim3(blocks_for(cols, 256), unsigned(rows)), 256, 0, s>>>(out, y, scale, sigmoid, cols);
-  MF_CUDA_LAUNCHED("add_scaled_rows");
+  launch("add_scaled_rows", add_scaled_rows_kernel, dim3(blocks_for(cols, 256), unsigned(rows)), dim3(256), s, out, y,
+         scale, sigmoid, cols);
 }
 
 void silu_mul(const float* g, const float* u, float* h, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  silu_mul_kernel<<<blocks_for(n, 256), 256, 0, s>>>(g, u, h, n);
-  MF_CUDA_LAUNCHED("silu_mul");
+  launch("silu_mul", silu_mul_kernel, dim3(blocks_for(n, 256)), dim3(256), s, g, u, h, n);
 }
 
 void rope(const RopeDev& t, int64_t head_dim, int64_t pos0, float* x, int64_t rows, int64_t cols, cudaStream_t s) {
   if (rows == 0) return;
-  rope_kernel<<<dim3(unsigned(rows), unsigned(cols / head_dim)), 64, 0, s>>>(t, head_dim, pos0, x, cols);
-  MF_CUDA_LAUNCHED("rope");
+  launch("rope", rope_kernel, dim3(unsigned(rows), unsigned(cols / head_dim)), dim3(64), s, t, head_dim, pos0, x, cols);
 }
 
 }  // namespace moeflux::cuda

@@ -54,11 +54,12 @@ class CudaBackend final : public Backend {
   // records with no host round trip (DeviceTier); tc_prefill: steps and experts of at least
   // kTcRows rows with affine 4-bit or 8-bit weights on tensor cores (mma_rows.cu; off: the
   // warp-per-row kernels); scan_insert: a prefill's misses in the GPU expert cache are the
-  // first to go, and what was there stays (off: they are the most recently used); route_ids:
-  // a device-table step's routed ids written to the host by the router kernel (off: copied
-  // on the stream after the layer's experts).
+  // first to go, and what was there stays (off: they are the most recently used);
+  // overlap_launches: in the steps recorded as graphs, the kernels of launch.cuh may start
+  // while the kernel before them drains, their weights coming into L2 meanwhile.
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert", "route_ids"};
+    return {"wide_rows",   "prefill_prefetch", "step_graphs", "device_tables",
+            "tc_prefill",  "scan_insert",      "overlap_launches"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
@@ -148,7 +149,7 @@ class CudaBackend final : public Backend {
     std::vector<bool> on_slot;          // the shadow's entry points at the expert's slot
     std::vector<size_t> bytes;          // each record's extent
     int32_t* ids = nullptr;             // pinned: a small step's routed ids (kTierRows x k)
-    int32_t* ids_mapped = nullptr;      // ... its device view (null: not mapped)
+    int32_t* ids_mapped = nullptr;      // ... its device view, which the router writes
     int64_t pairs = 0;                  // ... how many (0: none to admit)
     int fmt_gu = cuda::kNoFmt, fmt_d = cuda::kNoFmt;
     bool wide_gu = false, wide_d = false;
@@ -162,9 +163,6 @@ class CudaBackend final : public Backend {
   // placing their experts (up to the slots) and waiting for the copies.
   void moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
                 const cuda::PairTiles& pt, float* h, float* y);
-  // Whether the router writes a small step's ids into t's mapped buffer (route_ids), or they
-  // are copied there after the layer's experts.
-  bool router_writes_ids(const DeviceTier& t) const { return route_ids_ && t.ids_mapped; }
   void tier_point(DeviceTier& t, int32_t e, bool slot);  // the shadow's entry e, queued
   void tier_evicted(int layer, int expert);    // GpuExperts' evict hook
   // Counts a step's distinct routed experts (most routed first) and keeps those the slots can
@@ -265,8 +263,8 @@ class CudaBackend final : public Backend {
   bool wide_ = true;              // the wide_rows switch
   bool prefill_prefetch_ = true;  // the prefill_prefetch switch
   bool device_tables_ = true;     // the device_tables switch (DeviceTier; off: moe_cached's paths)
+  bool overlap_ = true;           // the overlap_launches switch: recorded steps' kernels overlap
   bool scan_insert_ = true;       // the scan_insert switch: a prefill's misses go first (ExpertSlotMap)
-  bool route_ids_ = false;        // the route_ids switch: the router writes a tier's ids to the host
   bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)
   bool tc_prefill_ = true;        // the tc_prefill switch (mma_rows.cu)
   // GatedDeltaNet's device kernels ($MOEFLUX_CUDA_DEVICE_GDN=1, read at start: the layers'

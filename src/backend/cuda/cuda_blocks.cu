@@ -317,10 +317,9 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   int32_t* ids = sc.get<int32_t>(size_t(pairs));
   float* weights = sc.get<float>(size_t(pairs));
   int32_t* order = sc.get<int32_t>(size_t(pairs));
-  // A small step through a tier leaves its routed ids for admit_routed(): written by the router
-  // itself into the tier's mapped buffer (route_ids), or copied there after the experts.
-  const bool mirror = tier && T <= kTierRows && router_writes_ids(*tier);
-  route(r, logits, T, ids, weights, order, stream_, mirror ? tier->ids_mapped : nullptr);
+  // A small step through a tier leaves its routed ids for admit_routed(), written by the router
+  // into the tier's mapped buffer.
+  route(r, logits, T, ids, weights, order, stream_, tier && T <= kTierRows ? tier->ids_mapped : nullptr);
   int32_t* sorted = sc.get<int32_t>(size_t(pairs));
   int32_t* tiles = sc.get<int32_t>(size_t(tiles_max * kTileFields));
   int32_t* n_tiles = sc.get<int32_t>(1);

@@ -1,12 +1,18 @@
 #include "backend/cuda/device_memory.cuh"
 
 #include "backend/cuda/check.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace moeflux::cuda {
 
 int64_t& launch_count() {
   static int64_t n = 0;
   return n;
+}
+
+bool& overlap_launches() {
+  static bool on = false;
+  return on;
 }
 
 DevicePool::~DevicePool() {

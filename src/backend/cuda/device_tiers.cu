@@ -88,12 +88,16 @@ CudaBackend::DeviceTier* CudaBackend::device_tier(const MoeSpec& m) {
       t->host_views[size_t(3 * e + 2)] = on_device(down0, d.down);
     }
   }
-  MF_CUDA(cudaMalloc(&t->table, size_t(3 * E) * sizeof(DW)));
-  MF_CUDA(cudaHostAlloc(&t->shadow, size_t(3 * E) * sizeof(DW), cudaHostAllocDefault));
   MF_CUDA(cudaHostAlloc(&t->ids, size_t(kTierRows * K) * sizeof(int32_t), cudaHostAllocMapped));
   void* ids_dev = nullptr;
-  if (cudaHostGetDevicePointer(&ids_dev, t->ids, 0) == cudaSuccess) t->ids_mapped = static_cast<int32_t*>(ids_dev);
-  else cudaGetLastError();  // the ids are copied instead
+  if (cudaHostGetDevicePointer(&ids_dev, t->ids, 0) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFreeHost(t->ids);
+    return nullptr;  // the router cannot write the ids: the layer takes moe_cached's paths
+  }
+  t->ids_mapped = static_cast<int32_t*>(ids_dev);
+  MF_CUDA(cudaMalloc(&t->table, size_t(3 * E) * sizeof(DW)));
+  MF_CUDA(cudaHostAlloc(&t->shadow, size_t(3 * E) * sizeof(DW), cudaHostAllocDefault));
   std::copy(t->host_views.begin(), t->host_views.end(), t->shadow);
   MF_CUDA(cudaMemcpyAsync(t->table, t->shadow, size_t(3 * E) * sizeof(DW), cudaMemcpyHostToDevice, stream_));
   for (int32_t e = 0; e < int32_t(E); ++e)  // records already in slots: switched once their copies are done
@@ -215,11 +219,7 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
   // A prefill's next layer: its experts start coming during this layer's compute, as in moe_cached.
   if (T > kTierRows && prefill_prefetch_ && m.next && m.next->source == m.source && T * K >= 2 * m.n_experts)
     prefetch_layer(*m.next);
-  if (T <= kTierRows) {  // the routed ids, for admit_routed() after the step (the router wrote them: route_ids)
-    if (!router_writes_ids(t))
-      MF_CUDA(cudaMemcpyAsync(t.ids, ids_dev, size_t(T * K) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-    t.pairs = T * K;
-  }
+  if (T <= kTierRows) t.pairs = T * K;  // the router wrote their ids: admit_routed() after the step
 }
 
 }  // namespace moeflux

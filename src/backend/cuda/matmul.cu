@@ -7,6 +7,7 @@
 
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace moeflux::cuda {
 
@@ -18,6 +19,7 @@ template <int F>
 __global__ void __launch_bounds__(kRowsPerBlock * 32) matmul_kernel(DW w, const float* x, int64_t T, float* y) {
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  await_previous();
   if (r >= w.rows) return;
   const int64_t t0 = int64_t(blockIdx.y) * kTile;
   const int nt = int(min(int64_t(kTile), T - t0));
@@ -51,6 +53,14 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2) matvec_x1_kernel(Shared
   const DW& w = sw.w[i];
   float* y = sw.y[i];
   const int64_t r0 = (int64_t(blockIdx.x - sw.first[i]) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+  // This warp's rows (and their affine scales) start coming while the kernel before ends.
+  const int64_t sbytes = w.stype == kSF32 ? 4 : 2;
+  for (int j = 0; j < kRowsPerWarp && r0 + j < w.rows; ++j) {
+    prefetch_l2_span(w.data + (r0 + j) * w.row_bytes, w.row_bytes, threadIdx.x & 31);
+    if (w.fmt <= kQ8 && (threadIdx.x & 31) == 0)
+      prefetch_l2(w.scales + (r0 + j) * w.scale_cols * sbytes), prefetch_l2(w.biases + (r0 + j) * w.scale_cols * sbytes);
+  }
+  await_previous();
   if (r0 >= w.rows) return;
   float acc[1][kRowsPerWarp] = {};
   const DW ws[1] = {w};
@@ -87,9 +97,9 @@ void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* 
     if (sw.first[n] == 0) continue;
     with_fmt(sw.w[0].fmt, [&](auto f) {
       if constexpr (kWide<decltype(f)::value> > 0)
-        matvec_x1_kernel<decltype(f)::value><<<unsigned(sw.first[n]), kRowsPerBlock * 32, 0, s>>>(sw, x);
+        launch("matvec_x1", matvec_x1_kernel<decltype(f)::value>, dim3(unsigned(sw.first[n])), dim3(kRowsPerBlock * 32), s,
+               sw, x);
     });
-    MF_CUDA_LAUNCHED("matvec_x1");
   }
 }
 
@@ -101,8 +111,9 @@ void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s) {
     return;
   }
   const dim3 grid(unsigned((w.rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned((T + kTile - 1) / kTile));
-  with_fmt(w.fmt, [&](auto f) { matmul_kernel<decltype(f)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(w, x, T, y); });
-  MF_CUDA_LAUNCHED("matmul");
+  with_fmt(w.fmt, [&](auto f) {
+    launch("matmul", matmul_kernel<decltype(f)::value>, grid, dim3(kRowsPerBlock * 32), s, w, x, T, y);
+  });
 }
 
 }  // namespace moeflux::cuda

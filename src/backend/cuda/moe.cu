@@ -8,6 +8,7 @@
 
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace moeflux::cuda {
 
@@ -59,6 +60,7 @@ __device__ float warp_max(float v) {
 
 __global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, float* w_out, int32_t* order_out,
                              int32_t* ids_host) {
+  await_previous();
   __shared__ float p[kMaxExperts], choice[kMaxExperts];
   __shared__ bool taken[kMaxExperts];
   __shared__ int ids[kMaxK], ord[kMaxK];
@@ -151,6 +153,7 @@ __global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, 
 
 __global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t tc_min, int32_t* sorted,
                              int32_t* tiles, int32_t* n_tiles, int32_t* tc_tiles, int32_t* n_tc) {
+  await_previous();
   __shared__ int cnt[kMaxExperts], fill[kMaxExperts];
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
@@ -203,6 +206,7 @@ template <int F, bool Wide>
 __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     gate_up_kernel(const DW* table, int64_t hidden, int64_t dim, const float* x, int32_t k, const int32_t* sorted,
                    const int32_t* tiles, const int32_t* n_tiles, float* h) {
+  await_previous();
   constexpr int RW = kWarpRows<Wide>;
   const int tile = blockIdx.y;
   if (tile >= *n_tiles) return;
@@ -246,6 +250,7 @@ template <int F, bool Wide>
 __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     down_kernel(const DW* table, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
                 const int32_t* tiles, const int32_t* n_tiles, float* y) {
+  await_previous();
   constexpr int RW = kWarpRows<Wide>;
   const int tile = blockIdx.y;
   if (tile >= *n_tiles) return;
@@ -286,6 +291,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
 
 __global__ void combine_kernel(const float* y, const float* weights, const int32_t* order, int32_t k, int64_t dim,
                                float* out) {
+  await_previous();
   const int64_t t = blockIdx.y;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < dim; i += int64_t(gridDim.x) * blockDim.x) {
     float o = 0.0f;
@@ -298,6 +304,7 @@ __global__ void combine_kernel(const float* y, const float* weights, const int32
 }
 
 __global__ void scatter_rows_kernel(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y) {
+  await_previous();
   for (int64_t i = blockIdx.y; i < n; i += gridDim.y) {
     float* dst = y + int64_t(rows[i]) * dim;
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < dim; c += int64_t(gridDim.x) * blockDim.x)
@@ -310,16 +317,14 @@ __global__ void scatter_rows_kernel(const float* src, const int32_t* rows, int64
 void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s) {
   if (n == 0) return;
   const dim3 grid(unsigned((dim + 255) / 256), unsigned(std::min<int64_t>(n, 65535)));
-  scatter_rows_kernel<<<grid, 256, 0, s>>>(src, rows, n, dim, y);
-  MF_CUDA_LAUNCHED("scatter_rows");
+  launch("scatter_rows", scatter_rows_kernel, grid, dim3(256), s, src, rows, n, dim, y);
 }
 
 void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
            cudaStream_t s, int32_t* ids_host) {
   MF_ASSERT(r.n_experts <= kMaxExperts && r.k <= kMaxK && r.n_group <= 64);
   if (T == 0) return;
-  route_kernel<<<unsigned(T), 32, 0, s>>>(r, logits, ids, weights, order, ids_host);
-  MF_CUDA_LAUNCHED("route");
+  launch("route", route_kernel, dim3(unsigned(T)), dim3(32), s, r, logits, ids, weights, order, ids_host);
 }
 
 int64_t max_tiles(int64_t pairs, int64_t n_experts) { return pairs / kTile + std::min(pairs, n_experts) + 1; }
@@ -328,8 +333,8 @@ int64_t max_tc_tiles(int64_t pairs, int64_t n_experts) { return pairs / kTcM + s
 void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t tc_min, int32_t* sorted, int32_t* tiles,
                  int32_t* n_tiles, int32_t* tc_tiles, int32_t* n_tc, cudaStream_t s) {
   MF_ASSERT(n_experts <= kMaxExperts && (!tc_tiles || (n_tc && tc_min >= 1)));
-  group_kernel<<<1, 256, 0, s>>>(ids, pairs, n_experts, tc_min, sorted, tiles, n_tiles, tc_tiles, n_tc);
-  MF_CUDA_LAUNCHED("group_pairs");
+  launch("group_pairs", group_kernel, dim3(1), dim3(256), s, ids, pairs, n_experts, tc_min, sorted, tiles, n_tiles, tc_tiles,
+         n_tc);
 }
 
 void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* x, int32_t k,
@@ -337,10 +342,9 @@ void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_
   with_fmt_wide(fmt, wide, [&](auto f, auto w) {
     const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value>;
     const dim3 grid(unsigned((hidden + per_block - 1) / per_block), unsigned(pt.tiles_max));
-    gate_up_kernel<decltype(f)::value, decltype(w)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(
-        table, hidden, dim, x, k, pt.sorted, pt.tiles, pt.n_tiles, h);
+    launch("experts_gate_up", gate_up_kernel<decltype(f)::value, decltype(w)::value>, grid, dim3(kRowsPerBlock * 32), s,
+           table, hidden, dim, x, k, pt.sorted, pt.tiles, pt.n_tiles, h);
   });
-  MF_CUDA_LAUNCHED("experts_gate_up");
   if (pt.tc_tiles) experts_gate_up_tc(table, fmt, hidden, dim, x, k, pt, h, pool, s);
 }
 
@@ -349,18 +353,17 @@ void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t d
   with_fmt_wide(fmt, wide, [&](auto f, auto w) {
     const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value>;
     const dim3 grid(unsigned((dim + per_block - 1) / per_block), unsigned(pt.tiles_max));
-    down_kernel<decltype(f)::value, decltype(w)::value><<<grid, kRowsPerBlock * 32, 0, s>>>(
-        table, hidden, dim, h, pt.sorted, pt.tiles, pt.n_tiles, y);
+    launch("experts_down", down_kernel<decltype(f)::value, decltype(w)::value>, grid, dim3(kRowsPerBlock * 32), s, table,
+           hidden, dim, h, pt.sorted, pt.tiles, pt.n_tiles, y);
   });
-  MF_CUDA_LAUNCHED("experts_down");
   if (pt.tc_tiles) experts_down_tc(table, fmt, hidden, dim, h, pt, y, pool, s);
 }
 
 void combine(const float* y, const float* weights, const int32_t* order, int64_t T, int32_t k, int64_t dim, float* out,
              cudaStream_t s) {
   if (T == 0) return;
-  combine_kernel<<<dim3(unsigned((dim + 255) / 256), unsigned(T)), 256, 0, s>>>(y, weights, order, k, dim, out);
-  MF_CUDA_LAUNCHED("combine");
+  launch("combine", combine_kernel, dim3(unsigned((dim + 255) / 256), unsigned(T)), dim3(256), s, y, weights, order, k, dim,
+         out);
 }
 
 }  // namespace moeflux::cuda

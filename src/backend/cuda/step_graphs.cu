@@ -5,6 +5,7 @@
 #include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/kv_cache.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace moeflux {
 
@@ -34,7 +35,7 @@ void CudaBackend::begin_step(const StepInfo& step) {
   // profiling times each op; the split arm waits for the host's work
   step_graphable_ = !step.host_reads && !profiling_ && step_graphs_ && step_arm_ != 1;
   step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_), uintptr_t(tc_prefill_),
-                    uintptr_t(route_ids_)});
+                    uintptr_t(overlap_)});
   for (size_t i = 0; i < S; ++i) {
     const StepSeq& q = step.seqs[i];
     staging_[R + i] = int32_t(q.pos0);
@@ -59,6 +60,7 @@ void CudaBackend::begin_step(const StepInfo& step) {
     if (recordable_.count(step_key_)) {
       MF_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
       mode_ = Mode::Capture;
+      overlap_launches() = overlap_;  // until the capture ends
     }
   }
   MF_CUDA(cudaMemcpyAsync(step_in_, staging_, (R + S) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
@@ -76,6 +78,7 @@ void CudaBackend::end_step(bool ok) {
   if (gpu_experts_) gpu_experts_->settle();
   if (ok) admit_routed();  // the step's logits were read: its work is done
   if (mode_ == Mode::Capture) {  // the step ended (or threw) before logits() ended the capture
+    overlap_launches() = false;
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(stream_, &g);
     if (g) cudaGraphDestroy(g);
@@ -121,7 +124,7 @@ void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
     g.logits_floats = n;
     mm(dw(head), x.data, x.rows, g.logits);
     cudaGraph_t graph = nullptr;
-    mode_ = Mode::Eager;  // the capture is over whatever happens next
+    mode_ = Mode::Eager, overlap_launches() = false;  // the capture is over whatever happens next
     MF_CUDA(cudaStreamEndCapture(stream_, &graph));
     const cudaError_t e = cudaGraphInstantiate(&g.exec, graph, 0);
     cudaGraphDestroy(graph);
