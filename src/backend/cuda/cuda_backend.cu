@@ -206,6 +206,7 @@ bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "tc_prefill") return tc_prefill_;
   if (name == "scan_insert") return scan_insert_;
   if (name == "overlap_launches") return overlap_;
+  if (name == "down_combine") return down_combine_;
   return Backend::ab_switch(name);
 }
 
@@ -217,6 +218,7 @@ void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   else if (name == "tc_prefill") tc_prefill_ = on;
   else if (name == "scan_insert") scan_insert_ = on;
   else if (name == "overlap_launches") overlap_ = on;
+  else if (name == "down_combine") down_combine_ = on;
   else Backend::set_ab_switch(name, on);
 }
 

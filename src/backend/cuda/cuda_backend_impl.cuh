@@ -56,10 +56,11 @@ class CudaBackend final : public Backend {
   // warp-per-row kernels); scan_insert: a prefill's misses in the GPU expert cache are the
   // first to go, and what was there stays (off: they are the most recently used);
   // overlap_launches: in the steps recorded as graphs, the kernels of launch.cuh may start
-  // while the kernel before them drains, their weights coming into L2 meanwhile.
+  // while the kernel before them drains, their weights coming into L2 meanwhile; down_combine:
+  // one token's expert down projections and weighted sum in one kernel (off: two).
   std::vector<std::string> ab_switches() const override {
     return {"wide_rows",   "prefill_prefetch", "step_graphs", "device_tables",
-            "tc_prefill",  "scan_insert",      "overlap_launches"};
+            "tc_prefill",  "scan_insert",      "overlap_launches", "down_combine"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
@@ -155,6 +156,18 @@ class CudaBackend final : public Backend {
     bool wide_gu = false, wide_d = false;
   };
   static constexpr int64_t kTierRows = 16;
+  // The routed experts' weighted sum: each pair's weight and the order of the sum (route()),
+  // the output rows.
+  struct Combine {
+    const float* weights = nullptr;
+    const int32_t* order = nullptr;
+    float* out = nullptr;
+  };
+  // The experts' down projections of h (table: device views) and their weighted sum into c.out:
+  // one kernel for one token whose down rows read wide (experts_down_combine), else
+  // experts_down into y and combine.
+  void down_combine(const cuda::DW* table, int fmt, bool wide, const MoeSpec& m, int64_t T, const float* h,
+                    const cuda::PairTiles& pt, float* y, const Combine& c);
   // m's tier, made at its first call (which syncs); null where the layer takes moe_cached's
   // other paths (--moe-misses cpu, --cpu-moe-layers, a host cache smaller than the pack,
   // records not mapped, the device_tables switch off).
@@ -162,7 +175,7 @@ class CudaBackend final : public Backend {
   // The routed experts of m through its tier: small steps as the table is, larger ones after
   // placing their experts (up to the slots) and waiting for the copies.
   void moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
-                const cuda::PairTiles& pt, float* h, float* y);
+                const cuda::PairTiles& pt, float* h, float* y, const Combine& c);
   void tier_point(DeviceTier& t, int32_t e, bool slot);  // the shadow's entry e, queued
   void tier_evicted(int layer, int expert);    // GpuExperts' evict hook
   // Counts a step's distinct routed experts (most routed first) and keeps those the slots can
@@ -263,6 +276,7 @@ class CudaBackend final : public Backend {
   bool wide_ = true;              // the wide_rows switch
   bool prefill_prefetch_ = true;  // the prefill_prefetch switch
   bool device_tables_ = true;     // the device_tables switch (DeviceTier; off: moe_cached's paths)
+  bool down_combine_ = true;      // the down_combine switch
   bool overlap_ = true;           // the overlap_launches switch: recorded steps' kernels overlap
   bool scan_insert_ = true;       // the scan_insert switch: a prefill's misses go first (ExpertSlotMap)
   bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)

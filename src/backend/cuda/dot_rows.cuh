@@ -78,18 +78,24 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return r;
 }
 
-// The scale (and bias) of chunk c (kWide<F> values) of row r.
+// The scale (and bias) of chunk c (kWide<F> values) of row r of a weight of w's shape whose
+// scales and biases are at `scales` and `biases`.
 template <int F>
-__device__ __forceinline__ void chunk_scale(const DW& w, int64_t r, int64_t c, float& s, float& b) {
+__device__ __forceinline__ void chunk_scale(const DW& w, const uint8_t* scales, const uint8_t* biases, int64_t r,
+                                            int64_t c, float& s, float& b) {
   constexpr int V = kWide<F>;
   if constexpr (F <= kQ8) {
     const int64_t si = r * w.scale_cols + ((c * V) >> w.group_shift);
-    s = load_scale(w.scales, si, w.stype), b = load_scale(w.biases, si, w.stype);
+    s = load_scale(scales, si, w.stype), b = load_scale(biases, si, w.stype);
   } else if constexpr (F == kFP8) {
-    s = load_scale(w.scales, (r >> w.br_shift) * w.scale_cols + ((c * V) >> w.bc_shift), w.stype), b = 0.0f;
+    s = load_scale(scales, (r >> w.br_shift) * w.scale_cols + ((c * V) >> w.bc_shift), w.stype), b = 0.0f;
   } else {
     s = 1.0f, b = 0.0f;
   }
+}
+template <int F>
+__device__ __forceinline__ void chunk_scale(const DW& w, int64_t r, int64_t c, float& s, float& b) {
+  chunk_scale<F>(w, w.scales, w.biases, r, c, s, b);
 }
 
 // The kWide<F> values of one 16-byte chunk.
@@ -120,13 +126,72 @@ __device__ __forceinline__ void decode16(uint4 q, float s, float b, float (&v)[k
 
 // One token: acc[m][i] += this lane's part of row r0 + i of ws[m] . x for i < R (rows past
 // the matrices' rows skipped; the M matrices share their shape), rows read wide. Each chunk of
-// x is loaded once for the M * R rows, whose chunks are in flight together; each row's dot is
-// summed in four independent chains.
+// x is loaded once for the M * R rows; the chunks of two iterations are in flight together;
+// each row's dot is summed in four independent chains, chunk after chunk.
 template <int F, int R, int M>
 __device__ __forceinline__ void dot_rows_x1(const DW (&ws)[M], int64_t r0, const float* x, float (&acc)[M][R]) {
   constexpr int V = kWide<F>;
   const int lane = threadIdx.x & 31;
   const DW& w0 = ws[0];
+  const int64_t nc = w0.cols / V;
+  for (int64_t c0 = lane; c0 < nc; c0 += 64) {
+    const int nu = c0 + 32 < nc ? 2 : 1;
+    uint4 q[2][M][R];
+    float s[2][M][R], b[2][M][R];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (u < nu && r0 + i < w0.rows) {
+            const int64_t c = c0 + 32 * u;
+            q[u][m][i] = ld_stream(ws[m].data + (r0 + i) * w0.row_bytes + c * 16);
+            chunk_scale<F>(ws[m], r0 + i, c, s[u][m][i], b[u][m][i]);
+          }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (u >= nu) break;
+      float xv[V];
+      const float4* xp = reinterpret_cast<const float4*>(x + (c0 + 32 * u) * V);
+#pragma unroll
+      for (int j = 0; j < V / 4; ++j) {
+        const float4 t = xp[j];
+        xv[4 * j] = t.x, xv[4 * j + 1] = t.y, xv[4 * j + 2] = t.z, xv[4 * j + 3] = t.w;
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          if (r0 + i >= w0.rows) break;
+          float v[V];
+          decode16<F>(q[u][m][i], s[u][m][i], b[u][m][i], v);
+          float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int j = 0; j < V; ++j) p[j % 4] = fmaf(v[j], xv[j], p[j % 4]);
+          acc[m][i] += (p[0] + p[1]) + (p[2] + p[3]);
+        }
+    }
+  }
+}
+
+// Matrices of one shape and format (w0: the shape), their bytes, scales and biases apart.
+template <int M>
+struct SameShape {
+  DW w0;
+  const uint8_t* data[M];
+  const uint8_t* scales[M];
+  const uint8_t* biases[M];
+};
+
+// The same with a vector of its own for each matrix: acc[m][i] += this lane's part of row r0 + i
+// of matrix m . xs[m] for m < nm (the others untouched), each dot summed as dot_rows_x1 sums it.
+template <int F, int R, int M>
+__device__ __forceinline__ void dot_rows_xm(const SameShape<M>& ws, const float* const (&xs)[M], int nm, int64_t r0,
+                                            float (&acc)[M][R]) {
+  constexpr int V = kWide<F>;
+  const int lane = threadIdx.x & 31;
+  const DW& w0 = ws.w0;
   const int64_t nc = w0.cols / V;
   for (int64_t c = lane; c < nc; c += 32) {
     uint4 q[M][R];
@@ -135,17 +200,20 @@ __device__ __forceinline__ void dot_rows_x1(const DW (&ws)[M], int64_t r0, const
     for (int m = 0; m < M; ++m)
 #pragma unroll
       for (int i = 0; i < R; ++i)
-        if (r0 + i < w0.rows)
-          q[m][i] = ld_stream(ws[m].data + (r0 + i) * w0.row_bytes + c * 16), chunk_scale<F>(ws[m], r0 + i, c, s[m][i], b[m][i]);
-    float xv[V];
-    const float4* xp = reinterpret_cast<const float4*>(x + c * V);
+        if (m < nm && r0 + i < w0.rows) {
+          q[m][i] = ld_stream(ws.data[m] + (r0 + i) * w0.row_bytes + c * 16);
+          chunk_scale<F>(w0, ws.scales[m], ws.biases[m], r0 + i, c, s[m][i], b[m][i]);
+        }
 #pragma unroll
-    for (int j = 0; j < V / 4; ++j) {
-      const float4 t = xp[j];
-      xv[4 * j] = t.x, xv[4 * j + 1] = t.y, xv[4 * j + 2] = t.z, xv[4 * j + 3] = t.w;
-    }
+    for (int m = 0; m < M; ++m) {
+      if (m >= nm) break;
+      float xv[V];
+      const float4* xp = reinterpret_cast<const float4*>(xs[m] + c * V);
 #pragma unroll
-    for (int m = 0; m < M; ++m)
+      for (int j = 0; j < V / 4; ++j) {
+        const float4 t = xp[j];
+        xv[4 * j] = t.x, xv[4 * j + 1] = t.y, xv[4 * j + 2] = t.z, xv[4 * j + 3] = t.w;
+      }
 #pragma unroll
       for (int i = 0; i < R; ++i) {
         if (r0 + i >= w0.rows) break;
@@ -156,6 +224,7 @@ __device__ __forceinline__ void dot_rows_x1(const DW (&ws)[M], int64_t r0, const
         for (int j = 0; j < V; ++j) p[j % 4] = fmaf(v[j], xv[j], p[j % 4]);
         acc[m][i] += (p[0] + p[1]) + (p[2] + p[3]);
       }
+    }
   }
 }
 

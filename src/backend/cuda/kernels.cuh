@@ -117,11 +117,6 @@ struct RouteDev {
   float scaling = 1.0f;
   const float* bias = nullptr;  // SigmoidGrouped selection bias (n_experts) or null
 };
-// ids, weights (T, k) of the router logits (T, n_experts); order (T, k): each token's slots in
-// ascending (expert id, slot), the order in which outputs are summed. ids_host (mapped host
-// memory, or null): the ids again, written there by the kernel (no copy on the stream).
-void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
-           cudaStream_t s, int32_t* ids_host = nullptr);
 
 // The routed experts of a step. Pairs p = t * k + j (token t, slot j) are grouped by expert
 // (sorted) into tiles (kTileFields ints each: expert, first sorted pair, count): of at most kTile
@@ -141,6 +136,13 @@ struct PairTiles {
 };
 int64_t max_tiles(int64_t pairs, int64_t n_experts);
 int64_t max_tc_tiles(int64_t pairs, int64_t n_experts);
+// ids, weights (T, k) of the router logits (T, n_experts); order (T, k): each token's slots in
+// ascending (expert id, slot), the order in which outputs are summed. ids_host (mapped host
+// memory, or null): the ids again, written there by the kernel (no copy on the stream). one
+// (one token, no tensor-core tiles, or null): its pairs grouped into one's tiles as group_pairs
+// would, by the same kernel.
+void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
+           cudaStream_t s, int32_t* ids_host = nullptr, const PairTiles* one = nullptr);
 // tc_tiles null: no tensor-core tiles (tc_min ignored).
 void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t tc_min, int32_t* sorted, int32_t* tiles,
                  int32_t* n_tiles, int32_t* tc_tiles, int32_t* n_tc, cudaStream_t s);
@@ -153,6 +155,12 @@ void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_
 // y (pairs, dim) = down_e h_p.
 void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
                   float* y, DevicePool& pool, cudaStream_t s);
+// Whether experts_down_combine runs down weights of format fmt (wide: their rows read wide).
+bool down_combines(int fmt, bool wide);
+// One token's experts_down and combine in one kernel, the same bits: out (1, dim) = sum over its
+// k slots of weight * down_e h. pt: route()'s tiles of one token.
+void experts_down_combine(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
+                          const float* weights, int32_t k, float* out, cudaStream_t s);
 // out (T, dim) = sum over slots in `order` of weight * y.
 // y[rows[i]] = src[i] for i < n (rows of dim floats).
 void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s);
