@@ -228,6 +228,47 @@ __device__ __forceinline__ void dot_rows_xm(const SameShape<M>& ws, const float*
   }
 }
 
+// Up to kTile tokens over row r read wide: acc[t] += this lane's part of row r . xs[t] for
+// t < nt, each token's dot summed in the order dot_rows_x1 sums one token's, so that a token
+// gets the same bits in a step of several as alone.
+template <int F>
+__device__ __forceinline__ void dot_row_wide(const DW& w, int64_t r, const float* const (&xs)[kTile], int nt,
+                                             float (&acc)[kTile]) {
+  constexpr int V = kWide<F>;
+  const int lane = threadIdx.x & 31;
+  const int64_t nc = w.cols / V;
+  for (int64_t c = lane; c < nc; c += 32) {
+    const uint4 q = ld_stream(w.data + r * w.row_bytes + c * 16);
+    float s, b;
+    chunk_scale<F>(w, r, c, s, b);
+    float v[V];
+    decode16<F>(q, s, b, v);
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) {
+      if (t >= nt) break;
+      const float4* xp = reinterpret_cast<const float4*>(xs[t] + c * V);
+      float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < V / 4; ++j) {
+        const float4 x = xp[j];
+        p[0] = fmaf(v[4 * j], x.x, p[0]), p[1] = fmaf(v[4 * j + 1], x.y, p[1]);
+        p[2] = fmaf(v[4 * j + 2], x.z, p[2]), p[3] = fmaf(v[4 * j + 3], x.w, p[3]);
+      }
+      acc[t] += (p[0] + p[1]) + (p[2] + p[3]);
+    }
+  }
+}
+
+// dot_row_wide where w's rows read wide (a format that can), else dot_rows.
+template <int F>
+__device__ __forceinline__ void dot_row_any(const DW& w, int64_t r, const float* const (&xs)[kTile], int nt,
+                                            float (&acc)[kTile]) {
+  if constexpr (kWide<F> > 0) {
+    if (w.wide) return dot_row_wide<F>(w, r, xs, nt, acc);
+  }
+  dot_rows<F>(w, r, xs, nt, acc);
+}
+
 // Calls fn(std::integral_constant<int, F>{}, std::bool_constant<Wide>{}) for w's format and
 // whether its rows read wide.
 template <typename Fn>

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) matmul_kernel(DW w, const 
 #pragma unroll
   for (int t = 0; t < kTile; ++t) xs[t] = x + (t0 + min(t, nt - 1)) * w.cols;
   float acc[kTile] = {};
-  dot_rows<F>(w, r, xs, nt, acc);
+  dot_row_any<F>(w, r, xs, nt, acc);
 #pragma unroll
   for (int t = 0; t < kTile; ++t) {
     if (t >= nt) break;

@@ -240,8 +240,13 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
   for (int t = 0; t < kTile; ++t) xs[t] = x + int64_t(sorted[first + min(t, n - 1)] / k) * dim;
   for (int i = 0; i < RW && r0 + i < hidden; ++i) {
     float ag[kTile] = {}, au[kTile] = {};
-    dot_rows<F>(g, r0 + i, xs, n, ag);
-    dot_rows<F>(u, r0 + i, xs, n, au);
+    if constexpr (Wide && kWide<F> > 0) {
+      dot_row_wide<F>(g, r0 + i, xs, n, ag);
+      dot_row_wide<F>(u, r0 + i, xs, n, au);
+    } else {
+      dot_rows<F>(g, r0 + i, xs, n, ag);
+      dot_rows<F>(u, r0 + i, xs, n, au);
+    }
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
       if (t >= n) break;
@@ -284,7 +289,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
   for (int t = 0; t < kTile; ++t) xs[t] = h + int64_t(sorted[first + min(t, n - 1)]) * hidden;
   for (int i = 0; i < RW && r0 + i < dim; ++i) {
     float acc[kTile] = {};
-    dot_rows<F>(d, r0 + i, xs, n, acc);
+    if constexpr (Wide && kWide<F> > 0) dot_row_wide<F>(d, r0 + i, xs, n, acc);
+    else dot_rows<F>(d, r0 + i, xs, n, acc);
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
       if (t >= n) break;
