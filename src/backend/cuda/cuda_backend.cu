@@ -165,10 +165,10 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::facts() const {
     static_assert(kTierRows == 16 && kAutoRows == 64);
     for (int c = 0; c < 2; ++c) {
       const ArmChoice& a = auto_arms_[c];
-      if (a.steps(0) + a.steps(1) == 0) continue;
+      if (a.steps(0) + a.steps(1) + auto_quiet_[c] == 0) continue;
       line += cat(line.empty() ? "" : "; ", names[c], ": device tables ", a.steps(0), " steps, copy / CPU split ",
                   a.steps(1), " steps, the split's time a row over the tables' ", fixed(a.ratio(), 3), ": ",
-                  a.chosen() ? "split" : "tables");
+                  a.chosen() ? "split" : "tables", "; ", auto_quiet_[c], " steps without misses took the tables");
     }
     if (!line.empty()) f.emplace_back("auto_choice", line);
   }
@@ -205,8 +205,6 @@ bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "device_tables") return device_tables_;
   if (name == "tc_prefill") return tc_prefill_;
   if (name == "scan_insert") return scan_insert_;
-  if (name == "overlap_launches") return overlap_;
-  if (name == "down_combine") return down_combine_;
   return Backend::ab_switch(name);
 }
 
@@ -217,8 +215,6 @@ void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   else if (name == "device_tables") device_tables_ = on;
   else if (name == "tc_prefill") tc_prefill_ = on;
   else if (name == "scan_insert") scan_insert_ = on;
-  else if (name == "overlap_launches") overlap_ = on;
-  else if (name == "down_combine") down_combine_ = on;
   else Backend::set_ab_switch(name, on);
 }
 

@@ -55,12 +55,10 @@ class CudaBackend final : public Backend {
   // kTcRows rows with affine 4-bit or 8-bit weights on tensor cores (mma_rows.cu; off: the
   // warp-per-row kernels); scan_insert: a prefill's misses in the GPU expert cache are the
   // first to go, and what was there stays (off: they are the most recently used);
-  // overlap_launches: in the steps recorded as graphs, the kernels of launch.cuh may start
-  // while the kernel before them drains, their weights coming into L2 meanwhile; down_combine:
-  // one token's expert down projections and weighted sum in one kernel (off: two).
+  // In the steps recorded as graphs, the kernels of launch.cuh start while the kernel before
+  // them drains, their weights coming into L2 meanwhile (no switch).
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows",   "prefill_prefetch", "step_graphs", "device_tables",
-            "tc_prefill",  "scan_insert",      "overlap_launches", "down_combine"};
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
@@ -156,18 +154,6 @@ class CudaBackend final : public Backend {
     bool wide_gu = false, wide_d = false;
   };
   static constexpr int64_t kTierRows = 16;
-  // The routed experts' weighted sum: each pair's weight and the order of the sum (route()),
-  // the output rows.
-  struct Combine {
-    const float* weights = nullptr;
-    const int32_t* order = nullptr;
-    float* out = nullptr;
-  };
-  // The experts' down projections of h (table: device views) and their weighted sum into c.out:
-  // one kernel for one token whose down rows read wide (experts_down_combine), else
-  // experts_down into y and combine.
-  void down_combine(const cuda::DW* table, int fmt, bool wide, const MoeSpec& m, int64_t T, const float* h,
-                    const cuda::PairTiles& pt, float* y, const Combine& c);
   // m's tier, made at its first call (which syncs); null where the layer takes moe_cached's
   // other paths (--moe-misses cpu, --cpu-moe-layers, a host cache smaller than the pack,
   // records not mapped, the device_tables switch off).
@@ -175,7 +161,7 @@ class CudaBackend final : public Backend {
   // The routed experts of m through its tier: small steps as the table is, larger ones after
   // placing their experts (up to the slots) and waiting for the copies.
   void moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
-                const cuda::PairTiles& pt, float* h, float* y, const Combine& c);
+                const cuda::PairTiles& pt, float* h, float* y);
   void tier_point(DeviceTier& t, int32_t e, bool slot);  // the shadow's entry e, queued
   void tier_evicted(int layer, int expert);    // GpuExperts' evict hook
   // Counts a step's distinct routed experts (most routed first) and keeps those the slots can
@@ -202,9 +188,15 @@ class CudaBackend final : public Backend {
   // layers through the device tables as in copy mode; 1, through moe_cached with the misses
   // split between the copy and the CPU. Larger steps (prefills) take the tables: their copies
   // overlap the previous layer's compute, where the CPU would take several rows an expert.
+  // The arms differ only in their misses: after a tables step of a class without any, that
+  // class's steps take the tables, unasked, until one has misses again.
   static constexpr int64_t kAutoRows = 64;
   ArmChoice auto_arms_[2];
-  int step_arm_ = -1, step_class_ = 0;  // -1: no choice for this step (the tables where there are)
+  bool auto_misses_[2] = {true, true};  // the class's last tables step had misses (or none ran)
+  uint64_t auto_quiet_[2] = {0, 0};     // steps that took the tables for want of misses
+  int step_arm_ = -1;                   // -1: no choice for this step (the tables where there are)
+  int step_class_ = -1;                 // the step's class under auto, else -1
+  uint64_t step_misses0_ = 0;           // tiers_.copied when the step began
   std::chrono::steady_clock::time_point step_t0_;
   cuda::PinnedBuffer pinned_tables_, pinned_rows_;
   struct TierStats {
@@ -276,8 +268,6 @@ class CudaBackend final : public Backend {
   bool wide_ = true;              // the wide_rows switch
   bool prefill_prefetch_ = true;  // the prefill_prefetch switch
   bool device_tables_ = true;     // the device_tables switch (DeviceTier; off: moe_cached's paths)
-  bool down_combine_ = true;      // the down_combine switch
-  bool overlap_ = true;           // the overlap_launches switch: recorded steps' kernels overlap
   bool scan_insert_ = true;       // the scan_insert switch: a prefill's misses go first (ExpertSlotMap)
   bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)
   bool tc_prefill_ = true;        // the tc_prefill switch (mma_rows.cu)

@@ -286,17 +286,6 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
   }
 }
 
-void CudaBackend::down_combine(const DW* table, int fmt, bool wide, const MoeSpec& m, int64_t T, const float* h,
-                               const PairTiles& pt, float* y, const Combine& c) {
-  const int64_t K = m.n_experts_active, hidden = m.experts[0].gate.rows;
-  if (down_combine_ && T == 1 && !pt.tc_tiles && down_combines(fmt, wide)) {
-    experts_down_combine(table, fmt, hidden, m.dim, h, pt, c.weights, int32_t(K), c.out, stream_);
-    return;
-  }
-  experts_down(table, fmt, wide, hidden, m.dim, h, pt, y, *pool_, stream_);
-  combine(y, c.weights, c.order, T, int32_t(K), m.dim, c.out, stream_);
-}
-
 bool CudaBackend::tc_experts(const MoeSpec& m) const {
   if (!tc_prefill_) return false;
   const DW gate0 = dw_view(m.experts[0].gate), up0 = dw_view(m.experts[0].up), down0 = dw_view(m.experts[0].down);
@@ -348,22 +337,21 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   float* h = sc.get<float>(size_t(pairs * hidden));
   float* y = sc.get<float>(size_t(pairs * dim));
   st.reset(), st.emplace(*this, "experts");
-  const Combine c{weights, order, out.data};
   if (!m.source) {
     const ExpertTable& t = expert_table(m);
     experts_gate_up(t.table, t.fmt_gate_up, wide_ && t.wide_gate_up, hidden, dim, x.data, int32_t(K), pt, h, *pool_,
                     stream_);
-    down_combine(t.table, t.fmt_down, wide_ && t.wide_down, m, T, h, pt, y, c);
+    experts_down(t.table, t.fmt_down, wide_ && t.wide_down, hidden, dim, h, pt, y, *pool_, stream_);
   } else if (tier) {
-    moe_tier(*tier, m, x.data, T, ids, pt, h, y, c);
+    moe_tier(*tier, m, x.data, T, ids, pt, h, y);
   } else {
     if (opt_.expert_cache.empty() && m.source_layer >= opt_.cpu_moe_layers)
       moe_streamed(m, x.data, T, ids, pt, h, y);
     else
       moe_cached(m, x.data, T, ids, pt, h, y);
-    st.reset(), st.emplace(*this, "combine");
-    combine(y, weights, order, T, int32_t(K), dim, out.data, stream_);
   }
+  st.reset(), st.emplace(*this, "combine");
+  combine(y, weights, order, T, int32_t(K), dim, out.data, stream_);
   if (m.shared.empty()) return;
   st.reset(), st.emplace(*this, "shared experts");
   float* gate = nullptr;

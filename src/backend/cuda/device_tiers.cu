@@ -184,7 +184,7 @@ void CudaBackend::admit_layer(DeviceTier& t) {
 }
 
 void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int64_t T, const int32_t* ids_dev,
-                           const PairTiles& pt, float* h, float* y, const Combine& c) {
+                           const PairTiles& pt, float* h, float* y) {
   const int64_t K = m.n_experts_active, hidden = m.experts[0].gate.rows;
   if (T > kTierRows) {
     // A prefill: its most routed experts into slots (the rest read from host memory), the
@@ -215,7 +215,7 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
     ++tier_reads_.small_steps;
   }
   experts_gate_up(t.table, t.fmt_gu, wide_ && t.wide_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
-  down_combine(t.table, t.fmt_d, wide_ && t.wide_d, m, T, h, pt, y, c);
+  experts_down(t.table, t.fmt_d, wide_ && t.wide_d, hidden, m.dim, h, pt, y, *pool_, stream_);
   // A prefill's next layer: its experts start coming during this layer's compute, as in moe_cached.
   if (T > kTierRows && prefill_prefetch_ && m.next && m.next->source == m.source && T * K >= 2 * m.n_experts)
     prefetch_layer(*m.next);

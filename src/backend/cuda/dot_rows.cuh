@@ -175,59 +175,6 @@ __device__ __forceinline__ void dot_rows_x1(const DW (&ws)[M], int64_t r0, const
   }
 }
 
-// Matrices of one shape and format (w0: the shape), their bytes, scales and biases apart.
-template <int M>
-struct SameShape {
-  DW w0;
-  const uint8_t* data[M];
-  const uint8_t* scales[M];
-  const uint8_t* biases[M];
-};
-
-// The same with a vector of its own for each matrix: acc[m][i] += this lane's part of row r0 + i
-// of matrix m . xs[m] for m < nm (the others untouched), each dot summed as dot_rows_x1 sums it.
-template <int F, int R, int M>
-__device__ __forceinline__ void dot_rows_xm(const SameShape<M>& ws, const float* const (&xs)[M], int nm, int64_t r0,
-                                            float (&acc)[M][R]) {
-  constexpr int V = kWide<F>;
-  const int lane = threadIdx.x & 31;
-  const DW& w0 = ws.w0;
-  const int64_t nc = w0.cols / V;
-  for (int64_t c = lane; c < nc; c += 32) {
-    uint4 q[M][R];
-    float s[M][R], b[M][R];
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-#pragma unroll
-      for (int i = 0; i < R; ++i)
-        if (m < nm && r0 + i < w0.rows) {
-          q[m][i] = ld_stream(ws.data[m] + (r0 + i) * w0.row_bytes + c * 16);
-          chunk_scale<F>(w0, ws.scales[m], ws.biases[m], r0 + i, c, s[m][i], b[m][i]);
-        }
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (m >= nm) break;
-      float xv[V];
-      const float4* xp = reinterpret_cast<const float4*>(xs[m] + c * V);
-#pragma unroll
-      for (int j = 0; j < V / 4; ++j) {
-        const float4 t = xp[j];
-        xv[4 * j] = t.x, xv[4 * j + 1] = t.y, xv[4 * j + 2] = t.z, xv[4 * j + 3] = t.w;
-      }
-#pragma unroll
-      for (int i = 0; i < R; ++i) {
-        if (r0 + i >= w0.rows) break;
-        float v[V];
-        decode16<F>(q[m][i], s[m][i], b[m][i], v);
-        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < V; ++j) p[j % 4] = fmaf(v[j], xv[j], p[j % 4]);
-        acc[m][i] += (p[0] + p[1]) + (p[2] + p[3]);
-      }
-    }
-  }
-}
-
 // Up to kTile tokens over row r read wide: acc[t] += this lane's part of row r . xs[t] for
 // t < nt, each token's dot summed in the order dot_rows_x1 sums one token's, so that a token
 // gets the same bits in a step of several as alone.

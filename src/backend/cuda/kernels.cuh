@@ -155,12 +155,6 @@ void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_
 // y (pairs, dim) = down_e h_p.
 void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
                   float* y, DevicePool& pool, cudaStream_t s);
-// Whether experts_down_combine runs down weights of format fmt (wide: their rows read wide).
-bool down_combines(int fmt, bool wide);
-// One token's experts_down and combine in one kernel, the same bits: out (1, dim) = sum over its
-// k slots of weight * down_e h. pt: route()'s tiles of one token.
-void experts_down_combine(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
-                          const float* weights, int32_t k, float* out, cudaStream_t s);
 // out (T, dim) = sum over slots in `order` of weight * y.
 // y[rows[i]] = src[i] for i < n (rows of dim floats).
 void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s);

@@ -13,7 +13,7 @@
 namespace moeflux::cuda {
 
 // Whether launch() lets kernels overlap their predecessor: the backend turns it on while it
-// records a step as a graph (its overlap_launches switch) and off after.
+// records a step as a graph and off after (an eager step's copies and events cross streams).
 bool& overlap_launches();
 
 // Waits until the kernels before this one have finished and their writes are visible, then

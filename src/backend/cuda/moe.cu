@@ -300,40 +300,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
   }
 }
 
-// One token: out = sum over its k slots, ascending (expert id, slot) as combine_kernel sums
-// them, of weight * (down_e h_slot), the same bits as experts_down then combine. A warp per
-// output row, the down rows of kDownGroup experts in flight together.
-constexpr int kDownGroup = 4;
-template <int F>
-__global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
-    down_combine_kernel(const DW* table, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
-                        const int32_t* tiles, const float* weights, int32_t k, float* out) {
-  await_previous();
-  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  if (r >= dim) return;
-  float o = 0.0f;
-  for (int n0 = 0; n0 < k; n0 += kDownGroup) {
-    const int nm = min(kDownGroup, k - n0);
-    SameShape<kDownGroup> ws;
-    const float* xs[kDownGroup];
-    float wt[kDownGroup];
-#pragma unroll
-    for (int m = 0; m < kDownGroup; ++m) {
-      const int n = n0 + min(m, nm - 1), p = sorted[n];
-      const DW& d = table[3 * tiles[n * kTileFields] + 2];
-      if (m == 0) ws.w0 = d;
-      ws.data[m] = d.data, ws.scales[m] = d.scales, ws.biases[m] = d.biases;
-      xs[m] = h + int64_t(p) * hidden, wt[m] = weights[p];
-    }
-    float acc[kDownGroup][1] = {};
-    dot_rows_xm<F, 1, kDownGroup>(ws, xs, nm, r, acc);
-#pragma unroll
-    for (int m = 0; m < kDownGroup; ++m)
-      if (m < nm) o = __fadd_rn(o, __fmul_rn(wt[m], warp_sum(acc[m][0])));
-  }
-  if ((threadIdx.x & 31) == 0) out[r] = o;
-}
-
 __global__ void combine_kernel(const float* y, const float* weights, const int32_t* order, int32_t k, int64_t dim,
                                float* out) {
   await_previous();
@@ -409,23 +375,6 @@ void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t d
            hidden, dim, h, pt.sorted, pt.tiles, pt.n_tiles, y);
   });
   if (pt.tc_tiles) experts_down_tc(table, fmt, hidden, dim, h, pt, y, pool, s);
-}
-
-bool down_combines(int fmt, bool wide) {
-  bool ok = false;
-  with_fmt_wide(fmt, wide, [&](auto f, auto w) { ok = decltype(w)::value && kWide<decltype(f)::value> > 0; });
-  return ok;
-}
-
-void experts_down_combine(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
-                          const float* weights, int32_t k, float* out, cudaStream_t s) {
-  MF_ASSERT(pt.pairs == k && !pt.tc_tiles);
-  with_fmt(fmt, [&](auto f) {
-    if constexpr (kWide<decltype(f)::value> > 0)
-      launch("experts_down_combine", down_combine_kernel<decltype(f)::value>,
-             dim3(unsigned((dim + kRowsPerBlock - 1) / kRowsPerBlock)), dim3(kRowsPerBlock * 32), s, table, hidden, dim, h,
-             pt.sorted, pt.tiles, weights, k, out);
-  });
 }
 
 void combine(const float* y, const float* weights, const int32_t* order, int64_t T, int32_t k, int64_t dim, float* out,

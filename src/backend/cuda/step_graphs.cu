@@ -26,16 +26,20 @@ void CudaBackend::begin_step(const StepInfo& step) {
   std::copy(step.ids.begin(), step.ids.end(), staging_);
   step_rows_ = int64_t(R);
   step_seq_at_row_.clear();
-  step_arm_ = -1;
+  step_arm_ = -1, step_class_ = -1;
   if (opt_.moe_misses == MoeMisses::Auto && !opt_.expert_cache.empty() && int64_t(R) <= kAutoRows) {
     step_class_ = int64_t(R) <= kTierRows ? 0 : 1;
-    step_arm_ = auto_arms_[step_class_].pick();
-    step_t0_ = std::chrono::steady_clock::now();
+    step_misses0_ = tiers_.copied;
+    if (auto_misses_[step_class_]) {
+      step_arm_ = auto_arms_[step_class_].pick();
+      step_t0_ = std::chrono::steady_clock::now();
+    } else {
+      ++auto_quiet_[step_class_];
+    }
   }
   // profiling times each op; the split arm waits for the host's work
   step_graphable_ = !step.host_reads && !profiling_ && step_graphs_ && step_arm_ != 1;
-  step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_), uintptr_t(tc_prefill_),
-                    uintptr_t(overlap_), uintptr_t(down_combine_)});
+  step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_), uintptr_t(tc_prefill_)});
   for (size_t i = 0; i < S; ++i) {
     const StepSeq& q = step.seqs[i];
     staging_[R + i] = int32_t(q.pos0);
@@ -60,7 +64,7 @@ void CudaBackend::begin_step(const StepInfo& step) {
     if (recordable_.count(step_key_)) {
       MF_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
       mode_ = Mode::Capture;
-      overlap_launches() = overlap_;  // until the capture ends
+      overlap_launches() = true;  // until the capture ends
     }
   }
   MF_CUDA(cudaMemcpyAsync(step_in_, staging_, (R + S) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
@@ -88,10 +92,13 @@ void CudaBackend::end_step(bool ok) {
   } else if (ok && mode_ == Mode::Eager && step_graphable_ && step_recordable_) {
     recordable_.insert(step_key_);
   }
-  if (ok && step_arm_ >= 0)
-    auto_arms_[step_class_].record(
-        step_arm_, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0_).count(), step_rows_);
-  in_step_ = false, mode_ = Mode::Eager, replay_ = nullptr, step_arm_ = -1;
+  if (ok && step_class_ >= 0) {
+    if (step_arm_ != 1) auto_misses_[step_class_] = tiers_.copied > step_misses0_;
+    if (step_arm_ >= 0)
+      auto_arms_[step_class_].record(
+          step_arm_, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0_).count(), step_rows_);
+  }
+  in_step_ = false, mode_ = Mode::Eager, replay_ = nullptr, step_arm_ = -1, step_class_ = -1;
 }
 
 const int32_t* CudaBackend::positions(std::span<const SeqRows> seqs, Scratch& sc) {
