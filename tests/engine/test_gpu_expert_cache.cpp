@@ -125,6 +125,23 @@ TEST(GpuExpertCache, DecodeStepsAdmitTheExpertsTheyRouted) {
   EXPECT_GT(std::atoll(m->backend->fact("gpu_copied_bytes").c_str()), 0);
 }
 
+// --moe-misses auto with every expert fitting the GPU cache: once decode steps through the
+// device tables have no misses, they take the tables without trying the split, with the
+// resident bits.
+TEST(GpuExpertCache, AutoWithoutMissesKeepsTheTables) {
+  if (std::string why; !backend_usable("cuda", &why)) GTEST_SKIP() << why;
+  const auto want = run(*demo_on_gpu(""));
+  auto m = demo_on_gpu("100%", MoeMisses::Auto, 0, "100%");
+  run(*m);  // the first pass fills the cache
+  const auto got = run(*m);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_LT(test::rel_l2(got[i], want[i]), 1e-3) << "step " << i;
+  const std::string a = m->backend->fact("auto_choice");
+  const size_t at = a.find(" steps without misses took the tables");
+  ASSERT_NE(at, std::string::npos) << a;
+  const size_t from = a.rfind("; ", at);
+  EXPECT_GT(std::atoll(a.c_str() + from + 2), 0) << a;
+}
+
 // One slot: every expert of every step goes through it, one at a time.
 TEST(GpuExpertCache, OneSlotForTheWholeModel) {
   if (std::string why; !backend_usable("cuda", &why)) GTEST_SKIP() << why;
