@@ -19,7 +19,8 @@
 #               qwen3.5-397b-a17b is 3.6 GB a layer: 12 layers fit the disk) (CUDA_LAYERS of 48),
 #               experts streamed (host cache 100%) through GPU budgets CACHE_BUDGETS (10/25/50/100%),
 #               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1); CACHE_BENCH:
-#               more bench arguments (e.g. "--alternate device_tables")
+#               more bench arguments (e.g. "--alternate device_tables"); CACHE_TESTS: the tests (default
+#               "-p 512 -n 128 -r 2")
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 # FULL=1: the full moeflux (tokenizer, server) instead of the engine-only one, with the
@@ -120,7 +121,7 @@ PY
         for b in ${CACHE_BUDGETS:-10% 25% 50% 100%}; do
           for mode in ${CACHE_MODES:-copy cpu auto}; do
             l="$OUT/cuda-cache-s$skew-${b%\%}-$mode.log"
-            timeout 150 $W/build/src/moeflux bench --backend cuda -m "$q" -p 512 -n 128 -r 2 --expert-cache 100% \
+            timeout 150 $W/build/src/moeflux bench --backend cuda -m "$q" ${CACHE_TESTS:--p 512 -n 128 -r 2} --expert-cache 100% \
               --gpu-expert-cache "$b" --moe-misses "$mode" ${CACHE_BENCH:-} >"$l" 2>&1
             rows <"$l" | sed "s/^/skew $skew gpu $b $mode /"
             grep -E "gpu expert cache|device tables|cpu experts|auto choice|host-to-device|median ratio" "$l" | sed "s/^/  /"
