@@ -331,8 +331,9 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   // A small step through a tier leaves its routed ids for admit_routed(), written by the router
   // into the tier's mapped buffer. One token's pairs are grouped by the router too.
   const bool one = T == 1 && !tc_tiles;
+  const TilesOut one_tiles{sorted, tiles, n_tiles};  // tiles_max >= K: max_tiles
   route(r, logits, T, ids, weights, order, stream_, tier && T <= kTierRows ? tier->ids_mapped : nullptr,
-        one ? &pt : nullptr);
+        one ? &one_tiles : nullptr);
   if (!one) group_pairs(ids, pairs, int32_t(E), kTcRows, sorted, tiles, n_tiles, tc_tiles, n_tc, stream_);
   float* h = sc.get<float>(size_t(pairs * hidden));
   float* y = sc.get<float>(size_t(pairs * dim));

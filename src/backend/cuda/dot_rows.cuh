@@ -78,24 +78,18 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return r;
 }
 
-// The scale (and bias) of chunk c (kWide<F> values) of row r of a weight of w's shape whose
-// scales and biases are at `scales` and `biases`.
+// The scale (and bias) of chunk c (kWide<F> values) of row r.
 template <int F>
-__device__ __forceinline__ void chunk_scale(const DW& w, const uint8_t* scales, const uint8_t* biases, int64_t r,
-                                            int64_t c, float& s, float& b) {
+__device__ __forceinline__ void chunk_scale(const DW& w, int64_t r, int64_t c, float& s, float& b) {
   constexpr int V = kWide<F>;
   if constexpr (F <= kQ8) {
     const int64_t si = r * w.scale_cols + ((c * V) >> w.group_shift);
-    s = load_scale(scales, si, w.stype), b = load_scale(biases, si, w.stype);
+    s = load_scale(w.scales, si, w.stype), b = load_scale(w.biases, si, w.stype);
   } else if constexpr (F == kFP8) {
-    s = load_scale(scales, (r >> w.br_shift) * w.scale_cols + ((c * V) >> w.bc_shift), w.stype), b = 0.0f;
+    s = load_scale(w.scales, (r >> w.br_shift) * w.scale_cols + ((c * V) >> w.bc_shift), w.stype), b = 0.0f;
   } else {
     s = 1.0f, b = 0.0f;
   }
-}
-template <int F>
-__device__ __forceinline__ void chunk_scale(const DW& w, int64_t r, int64_t c, float& s, float& b) {
-  chunk_scale<F>(w, w.scales, w.biases, r, c, s, b);
 }
 
 // The kWide<F> values of one 16-byte chunk.
@@ -121,6 +115,28 @@ __device__ __forceinline__ void decode16(uint4 q, float s, float b, float (&v)[k
     } else {
       v[j] = __uint_as_float(u[j]);
     }
+  }
+}
+
+// One chunk of a row (its values v) dotted with the chunk's x values, summed in four
+// independent chains: the one sum of every kernel over rows read wide, so that a token gets
+// the same bits alone and in a step of several.
+template <int V>
+__device__ __forceinline__ float chunk_dot(const float (&v)[V], const float (&xv)[V]) {
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < V; ++j) p[j % 4] = fmaf(v[j], xv[j], p[j % 4]);
+  return (p[0] + p[1]) + (p[2] + p[3]);
+}
+
+// Loads the V floats at x (16-byte aligned).
+template <int V>
+__device__ __forceinline__ void load_x(const float* x, float (&xv)[V]) {
+  const float4* xp = reinterpret_cast<const float4*>(x);
+#pragma unroll
+  for (int j = 0; j < V / 4; ++j) {
+    const float4 t = xp[j];
+    xv[4 * j] = t.x, xv[4 * j + 1] = t.y, xv[4 * j + 2] = t.z, xv[4 * j + 3] = t.w;
   }
 }
 
@@ -153,12 +169,7 @@ __device__ __forceinline__ void dot_rows_x1(const DW (&ws)[M], int64_t r0, const
     for (int u = 0; u < 2; ++u) {
       if (u >= nu) break;
       float xv[V];
-      const float4* xp = reinterpret_cast<const float4*>(x + (c0 + 32 * u) * V);
-#pragma unroll
-      for (int j = 0; j < V / 4; ++j) {
-        const float4 t = xp[j];
-        xv[4 * j] = t.x, xv[4 * j + 1] = t.y, xv[4 * j + 2] = t.z, xv[4 * j + 3] = t.w;
-      }
+      load_x(x + (c0 + 32 * u) * V, xv);
 #pragma unroll
       for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -166,18 +177,14 @@ __device__ __forceinline__ void dot_rows_x1(const DW (&ws)[M], int64_t r0, const
           if (r0 + i >= w0.rows) break;
           float v[V];
           decode16<F>(q[u][m][i], s[u][m][i], b[u][m][i], v);
-          float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int j = 0; j < V; ++j) p[j % 4] = fmaf(v[j], xv[j], p[j % 4]);
-          acc[m][i] += (p[0] + p[1]) + (p[2] + p[3]);
+          acc[m][i] += chunk_dot(v, xv);
         }
     }
   }
 }
 
 // Up to kTile tokens over row r read wide: acc[t] += this lane's part of row r . xs[t] for
-// t < nt, each token's dot summed in the order dot_rows_x1 sums one token's, so that a token
-// gets the same bits in a step of several as alone.
+// t < nt, each token's dot summed as dot_rows_x1 sums one token's (chunk_dot).
 template <int F>
 __device__ __forceinline__ void dot_row_wide(const DW& w, int64_t r, const float* const (&xs)[kTile], int nt,
                                              float (&acc)[kTile]) {
@@ -193,15 +200,9 @@ __device__ __forceinline__ void dot_row_wide(const DW& w, int64_t r, const float
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
       if (t >= nt) break;
-      const float4* xp = reinterpret_cast<const float4*>(xs[t] + c * V);
-      float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int j = 0; j < V / 4; ++j) {
-        const float4 x = xp[j];
-        p[0] = fmaf(v[4 * j], x.x, p[0]), p[1] = fmaf(v[4 * j + 1], x.y, p[1]);
-        p[2] = fmaf(v[4 * j + 2], x.z, p[2]), p[3] = fmaf(v[4 * j + 3], x.w, p[3]);
-      }
-      acc[t] += (p[0] + p[1]) + (p[2] + p[3]);
+      float xv[V];
+      load_x(xs[t] + c * V, xv);
+      acc[t] += chunk_dot(v, xv);
     }
   }
 }

@@ -139,10 +139,15 @@ int64_t max_tc_tiles(int64_t pairs, int64_t n_experts);
 // ids, weights (T, k) of the router logits (T, n_experts); order (T, k): each token's slots in
 // ascending (expert id, slot), the order in which outputs are summed. ids_host (mapped host
 // memory, or null): the ids again, written there by the kernel (no copy on the stream). one
-// (one token, no tensor-core tiles, or null): its pairs grouped into one's tiles as group_pairs
-// would, by the same kernel.
+// (one token, or null): its pairs grouped into these tiles as group_pairs would (no tensor-core
+// tiles), by the same kernel.
+struct TilesOut {
+  int32_t* sorted = nullptr;
+  int32_t* tiles = nullptr;  // at least k tiles
+  int32_t* n_tiles = nullptr;
+};
 void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
-           cudaStream_t s, int32_t* ids_host = nullptr, const PairTiles* one = nullptr);
+           cudaStream_t s, int32_t* ids_host = nullptr, const TilesOut* one = nullptr);
 // tc_tiles null: no tensor-core tiles (tc_min ignored).
 void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t tc_min, int32_t* sorted, int32_t* tiles,
                  int32_t* n_tiles, int32_t* tc_tiles, int32_t* n_tc, cudaStream_t s);

@@ -332,17 +332,13 @@ void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim,
 }
 
 void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
-           cudaStream_t s, int32_t* ids_host, const PairTiles* one) {
+           cudaStream_t s, int32_t* ids_host, const TilesOut* one) {
   MF_ASSERT(r.n_experts <= kMaxExperts && r.k <= kMaxK && r.n_group <= 64);
-  MF_ASSERT(!one || (T == 1 && !one->tc_tiles && one->tiles_max >= r.k));
+  MF_ASSERT(!one || T == 1);
   if (T == 0) return;
-  int32_t *sorted = nullptr, *tiles = nullptr, *n_tiles = nullptr;
-  if (one) {
-    sorted = const_cast<int32_t*>(one->sorted), tiles = const_cast<int32_t*>(one->tiles);
-    n_tiles = const_cast<int32_t*>(one->n_tiles);
-  }
-  launch("route", route_kernel, dim3(unsigned(T)), dim3(32), s, r, logits, ids, weights, order, ids_host, sorted, tiles,
-         n_tiles);
+  const TilesOut out = one ? *one : TilesOut{};
+  launch("route", route_kernel, dim3(unsigned(T)), dim3(32), s, r, logits, ids, weights, order, ids_host, out.sorted,
+         out.tiles, out.n_tiles);
 }
 
 int64_t max_tiles(int64_t pairs, int64_t n_experts) { return pairs / kTile + std::min(pairs, n_experts) + 1; }
