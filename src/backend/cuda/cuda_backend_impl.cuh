@@ -54,9 +54,9 @@ class CudaBackend final : public Backend {
   // records with no host round trip (DeviceTier); tc_prefill: steps and experts of at least
   // kTcRows rows with affine 4-bit or 8-bit weights on tensor cores (mma_rows.cu; off: the
   // warp-per-row kernels); scan_insert: a prefill's misses in the GPU expert cache are the
-  // first to go, and what was there stays (off: they are the most recently used);
-  // In the steps recorded as graphs, the kernels of launch.cuh start while the kernel before
-  // them drains, their weights coming into L2 meanwhile (no switch).
+  // first to go, and what was there stays (off: they are the most recently used). In the
+  // steps recorded as graphs, the kernels of launch.cuh start while the kernel before them
+  // drains, their weights coming into L2 meanwhile (no switch).
   std::vector<std::string> ab_switches() const override {
     return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert"};
   }
