@@ -105,9 +105,9 @@ for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
 PY
       [ -n "${NCU_KERNELS:-}" ] && for kname in $NCU_KERNELS; do
         timeout 200 "$NCU" --clock-control none -k "regex:$kname" -s 20 -c 1 --section SpeedOfLight \
-          --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section InstructionStats \
           $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 3 -r 1 2>&1 | tee "$OUT/ncu-$kname.txt" |
-          grep -E "^  [A-Z]|Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued|Eligible|Hit Rate|Block Size|Grid Size" | head -60
+          grep -E "^  [A-Z]|Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued|Eligible|Hit Rate|Block Size|Grid Size|Pipe|Executed Ipc|Instructions" | head -80
       done
       ;;
     serve-bench)
