@@ -129,6 +129,56 @@ __device__ __forceinline__ float chunk_dot(const float (&v)[V], const float (&xv
   return (p[0] + p[1]) + (p[2] + p[3]);
 }
 
+// The sum of a chunk's x values, in chunk_dot's four chains.
+template <int V>
+__device__ __forceinline__ float chunk_sum(const float (&xv)[V]) {
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < V; ++j) p[j % 4] += xv[j];
+  return (p[0] + p[1]) + (p[2] + p[3]);
+}
+
+// Whether a chunk's dot reads the chunk's x sum: the affine formats dotted as their codes.
+template <int F>
+constexpr bool kCodeDot = F == kQ4 || F == kQ8;
+
+// The values a 16-byte chunk of a row is dotted as: affine 4- and 8-bit chunks as their codes
+// n, exactly (the affine is applied to the dot, chunk_apply), two instructions a value: a byte
+// put under the exponent of 2^23 is the float 2^23 + n, less 2^23 (4-bit: the nibbles split
+// into bytes first, n in each byte's low 4 bits). Other formats: the values themselves
+// (decode16).
+template <int F>
+__device__ __forceinline__ void chunk_codes(uint4 q, float s, float b, float (&v)[kWide<F>]) {
+  const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+  if constexpr (F == kQ4) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = u[j] & 0x0f0f0f0fu, hi = (u[j] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // byte k of lo / hi into byte 0; bytes 1-3 of 2^23
+        v[8 * j + 2 * k] = __uint_as_float(__byte_perm(lo, 0x4b000000u, 0x7650u | k)) - 8388608.0f;
+        v[8 * j + 2 * k + 1] = __uint_as_float(__byte_perm(hi, 0x4b000000u, 0x7650u | k)) - 8388608.0f;
+      }
+    }
+  } else if constexpr (F == kQ8) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)  // byte k into byte 0; bytes 1-3 of 2^23
+        v[4 * j + k] = __uint_as_float(__byte_perm(u[j], 0x4b000000u, 0x7650u | k)) - 8388608.0f;
+  } else {
+    decode16<F>(q, s, b, v);
+  }
+}
+
+// A chunk's share of a row's dot from d, the chunk_dot of its chunk_codes with x: s d + b sx
+// for the affine codes (sx: the sum of the chunk's x), else d.
+template <int F>
+__device__ __forceinline__ float chunk_apply(float d, float s, float b, float sx) {
+  if constexpr (kCodeDot<F>) return fmaf(s, d, b * sx);
+  else return d;
+}
+
 // Loads the V floats at x (16-byte aligned).
 template <int V>
 __device__ __forceinline__ void load_x(const float* x, float (&xv)[V]) {
@@ -170,14 +220,15 @@ __device__ __forceinline__ void dot_rows_x1(const DW (&ws)[M], int64_t r0, const
       if (u >= nu) break;
       float xv[V];
       load_x(x + (c0 + 32 * u) * V, xv);
+      const float sx = kCodeDot<F> ? chunk_sum(xv) : 0.0f;
 #pragma unroll
       for (int m = 0; m < M; ++m)
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           if (r0 + i >= w0.rows) break;
           float v[V];
-          decode16<F>(q[u][m][i], s[u][m][i], b[u][m][i], v);
-          acc[m][i] += chunk_dot(v, xv);
+          chunk_codes<F>(q[u][m][i], s[u][m][i], b[u][m][i], v);
+          acc[m][i] += chunk_apply<F>(chunk_dot(v, xv), s[u][m][i], b[u][m][i], sx);
         }
     }
   }
@@ -196,13 +247,13 @@ __device__ __forceinline__ void dot_row_wide(const DW& w, int64_t r, const float
     float s, b;
     chunk_scale<F>(w, r, c, s, b);
     float v[V];
-    decode16<F>(q, s, b, v);
+    chunk_codes<F>(q, s, b, v);
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
       if (t >= nt) break;
       float xv[V];
       load_x(xs[t] + c * V, xv);
-      acc[t] += chunk_dot(v, xv);
+      acc[t] += chunk_apply<F>(chunk_dot(v, xv), s, b, kCodeDot<F> ? chunk_sum(xv) : 0.0f);
     }
   }
 }

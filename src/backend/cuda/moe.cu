@@ -201,18 +201,19 @@ __global__ void group_kernel(const int32_t* ids, int64_t pairs, int32_t n_expert
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) sorted[atomicAdd(&fill[ids[p]], 1)] = int32_t(p);
 }
 
-// Rows per warp: kRowsPerWarp when the rows read wide (a tile of one token then reads x once
-// for them, dot_rows_x1), else one.
-constexpr int kRowsPerWarp = 2;
-template <bool Wide>
-constexpr int kWarpRows = Wide ? kRowsPerWarp : 1;
+// Rows per warp where the rows read wide (a tile of one token then reads x once for them,
+// dot_rows_x1), else one: two gate and two up rows, or four down rows (the down rows are
+// narrower: hidden columns).
+constexpr int kGateUpRows = 2, kDownRows = 4;
+template <bool Wide, int Rows>
+constexpr int kWarpRows = Wide ? Rows : 1;
 
 template <int F, bool Wide>
 __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     gate_up_kernel(const DW* table, int64_t hidden, int64_t dim, const float* x, int32_t k, const int32_t* sorted,
                    const int32_t* tiles, const int32_t* n_tiles, float* h) {
   await_previous();
-  constexpr int RW = kWarpRows<Wide>;
+  constexpr int RW = kWarpRows<Wide, kGateUpRows>;
   const int tile = blockIdx.y;
   if (tile >= *n_tiles) return;
   const int e = tiles[tile * kTileFields], first = tiles[tile * kTileFields + 1], n = tiles[tile * kTileFields + 2];
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     down_kernel(const DW* table, int64_t hidden, int64_t dim, const float* h, const int32_t* sorted,
                 const int32_t* tiles, const int32_t* n_tiles, float* y) {
   await_previous();
-  constexpr int RW = kWarpRows<Wide>;
+  constexpr int RW = kWarpRows<Wide, kDownRows>;
   const int tile = blockIdx.y;
   if (tile >= *n_tiles) return;
   const int e = tiles[tile * kTileFields], first = tiles[tile * kTileFields + 1], n = tiles[tile * kTileFields + 2];
@@ -354,7 +355,7 @@ void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t t
 void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* x, int32_t k,
                      const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s) {
   with_fmt_wide(fmt, wide, [&](auto f, auto w) {
-    const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value>;
+    const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value, kGateUpRows>;
     const dim3 grid(unsigned((hidden + per_block - 1) / per_block), unsigned(pt.tiles_max));
     launch("experts_gate_up", gate_up_kernel<decltype(f)::value, decltype(w)::value>, grid, dim3(kRowsPerBlock * 32), s,
            table, hidden, dim, x, k, pt.sorted, pt.tiles, pt.n_tiles, h);
@@ -365,7 +366,7 @@ void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_
 void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
                   float* y, DevicePool& pool, cudaStream_t s) {
   with_fmt_wide(fmt, wide, [&](auto f, auto w) {
-    const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value>;
+    const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value, kDownRows>;
     const dim3 grid(unsigned((dim + per_block - 1) / per_block), unsigned(pt.tiles_max));
     launch("experts_down", down_kernel<decltype(f)::value, decltype(w)::value>, grid, dim3(kRowsPerBlock * 32), s, table,
            hidden, dim, h, pt.sorted, pt.tiles, pt.n_tiles, y);
