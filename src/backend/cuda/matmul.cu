@@ -36,9 +36,10 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) matmul_kernel(DW w, const 
   }
 }
 
-// One token, rows read wide: a warp per kRowsPerWarp rows, x read once for them. Up to
-// kMaxShared weights of one format and width in one launch: block b runs weight i where
-// first[i] <= b < first[i + 1].
+// One token, rows read wide: a warp per R rows, x read once for them. Up to kMaxShared weights
+// of one format and width in one launch: block b runs weight i where first[i] <= b <
+// first[i + 1]. R is kRowsPerWarp unless the launch would then have fewer blocks than the
+// device has multiprocessors (a router, a narrow projection): then one row a warp.
 constexpr int kRowsPerWarp = 4, kMaxShared = 4;
 struct Shared {
   DW w[kMaxShared];
@@ -46,30 +47,39 @@ struct Shared {
   int32_t first[kMaxShared + 1];
 };
 
-template <int F>
+template <int F, int R>
 __global__ void __launch_bounds__(kRowsPerBlock * 32, 2) matvec_x1_kernel(Shared sw, const float* x) {
   int i = 0;
   while (int32_t(blockIdx.x) >= sw.first[i + 1]) ++i;
   const DW& w = sw.w[i];
   float* y = sw.y[i];
-  const int64_t r0 = (int64_t(blockIdx.x - sw.first[i]) * kRowsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+  const int64_t r0 = (int64_t(blockIdx.x - sw.first[i]) * kRowsPerBlock + threadIdx.x / 32) * R;
   // This warp's rows (and their affine scales) start coming while the kernel before ends.
   const int64_t sbytes = w.stype == kSF32 ? 4 : 2;
-  for (int j = 0; j < kRowsPerWarp && r0 + j < w.rows; ++j) {
+  for (int j = 0; j < R && r0 + j < w.rows; ++j) {
     prefetch_l2_span(w.data + (r0 + j) * w.row_bytes, w.row_bytes, threadIdx.x & 31);
     if (w.fmt <= kQ8 && (threadIdx.x & 31) == 0)
       prefetch_l2(w.scales + (r0 + j) * w.scale_cols * sbytes), prefetch_l2(w.biases + (r0 + j) * w.scale_cols * sbytes);
   }
   await_previous();
   if (r0 >= w.rows) return;
-  float acc[1][kRowsPerWarp] = {};
+  float acc[1][R] = {};
   const DW ws[1] = {w};
-  dot_rows_x1<F, kRowsPerWarp, 1>(ws, r0, x, acc);
+  dot_rows_x1<F, R, 1>(ws, r0, x, acc);
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
+  for (int i = 0; i < R; ++i) {
     const float a = warp_sum(acc[0][i]);
     if ((threadIdx.x & 31) == 0 && r0 + i < w.rows) y[r0 + i] = a;
   }
+}
+
+// The current device's multiprocessors (the backend's device, current on its thread).
+int multiprocessors() {
+  thread_local int device = -1, n = 0;
+  int d = 0;
+  MF_CUDA(cudaGetDevice(&d));
+  if (d != device) MF_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d)), device = d;
+  return n;
 }
 
 }  // namespace
@@ -86,19 +96,30 @@ void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* 
     // The following weights of the same format and width, in one launch.
     Shared sw{};
     int n = 0;
-    sw.first[0] = 0;
-    constexpr int64_t per_block = kRowsPerBlock * kRowsPerWarp;
     const DW& lead = ws[i];
-    for (; i < ws.size() && n < kMaxShared && ws[i].wide && ws[i].fmt == lead.fmt && ws[i].cols == lead.cols; ++i, ++n) {
+    const size_t i0 = i;
+    for (; i < ws.size() && n < kMaxShared && ws[i].wide && ws[i].fmt == lead.fmt && ws[i].cols == lead.cols; ++i, ++n)
       sw.w[n] = ws[i], sw.y[n] = ys[i];
-      sw.first[n + 1] = sw.first[n] + int32_t((ws[i].rows + per_block - 1) / per_block);
-    }
-    for (int j = n + 1; j <= kMaxShared; ++j) sw.first[j] = INT32_MAX;
+    const auto blocks = [&](int64_t rows_per_warp) {
+      sw.first[0] = 0;
+      for (int j = 0; j < n; ++j)
+        sw.first[j + 1] = sw.first[j] + int32_t((ws[i0 + size_t(j)].rows + kRowsPerBlock * rows_per_warp - 1) /
+                                                (kRowsPerBlock * rows_per_warp));
+      for (int j = n + 1; j <= kMaxShared; ++j) sw.first[j] = INT32_MAX;
+      return sw.first[n];
+    };
+    const bool narrow = blocks(kRowsPerWarp) < multiprocessors();
+    if (narrow) blocks(1);
     if (sw.first[n] == 0) continue;
     with_fmt(sw.w[0].fmt, [&](auto f) {
-      if constexpr (kWide<decltype(f)::value> > 0)
-        launch("matvec_x1", matvec_x1_kernel<decltype(f)::value>, dim3(unsigned(sw.first[n])), dim3(kRowsPerBlock * 32), s,
-               sw, x);
+      constexpr int F = decltype(f)::value;
+      if constexpr (kWide<F> > 0) {
+        if (narrow)
+          launch("matvec_x1", matvec_x1_kernel<F, 1>, dim3(unsigned(sw.first[n])), dim3(kRowsPerBlock * 32), s, sw, x);
+        else
+          launch("matvec_x1", matvec_x1_kernel<F, kRowsPerWarp>, dim3(unsigned(sw.first[n])), dim3(kRowsPerBlock * 32),
+                 s, sw, x);
+      }
     });
   }
 }
