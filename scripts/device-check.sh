@@ -7,6 +7,8 @@
 #   seqs    batched decode: bench -p 0 -n 32 -r 3 --seqs 2,4,8
 #   ab      this tree against each carry tree, alternating ROUNDS rounds (default 3, the order
 #           reversed every other round): bench $BENCH (default -p 128 -n 32 -r 3)
+#   cuda-ab the same with --backend cuda on qwen3-30b-a3b (CUDA_LAYERS of 48, default all):
+#           bench --backend cuda $CUDA_AB_BENCH (default -p 128 -n 128 -r 2)
 #   stream  expert streaming tables (scripts/device-stream.sh)
 #   cuda-test   the CUDA tests: the backend op table, the fixture suite and the engine tests
 #               through cuda, the GPU expert cache's (logs under $OUT/cuda-*.log)
@@ -141,12 +143,14 @@ PY
       done ;;
     seqs)
       timeout 300 $W/build/src/moeflux bench -m "$p" -p 0 -n 32 -r 3 --seqs 2,4,8 2>&1 | rows | tee -a "$OUT/seqs.md" ;;
-    ab)
+    ab|cuda-ab)
+      pk=${p:-}; be=(); [ "$s" = cuda-ab ] && be=(--backend cuda) && pk=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
+      args=${BENCH:--p 128 -n 32 -r 3}; [ "$s" = cuda-ab ] && args=${CUDA_AB_BENCH:--p 128 -n 128 -r 2}
       for round in $(seq "${ROUNDS:-3}"); do
         order=("${bins[@]}")
         [ $((round % 2)) = 0 ] && mapfile -t order < <(printf '%s\n' "${bins[@]}" | tac)
         for b in "${order[@]}"; do
-          timeout 120 "${b#*=}" bench -m "$p" ${BENCH:--p 128 -n 32 -r 3} 2>&1 | rows | sed "s/^/round$round ${b%%=*} /" | tee -a "$OUT/ab.md"
+          timeout 120 "${b#*=}" bench "${be[@]}" -m "$pk" $args 2>&1 | rows | sed "s/^/round$round ${b%%=*} /" | tee -a "$OUT/$s.md"
         done
       done ;;
     stream) OUT=$OUT scripts/device-stream.sh ;;
