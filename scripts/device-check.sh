@@ -99,9 +99,10 @@ hdr = rows[0]; name = hdr.index("Kernel Name"); dur = hdr.index("gpu__time_durat
 print("unit:", rows[1][dur], "(totals below divided by 1e3)")
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for r in rows[2:]:
-    try: d = float(r[dur])
+    try: d = float(r[dur].replace(",", ""))
     except ValueError: continue
-    k = r[name].split("(")[0].split("<")[0][-40:]; tot[k] += d; cnt[k] += 1
+    k = r[name].replace("<unnamed>::", "").replace("(anonymous namespace)::", "").split("(")[0].split("<")[0]
+    k = k.split("::")[-1][-40:]; tot[k] += d; cnt[k] += 1
 for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
     print(f"{k:42s} n={cnt[k]:4d} total={v/1e3:9.1f} us  mean={v/cnt[k]/1e3:8.2f} us")
 PY

@@ -53,12 +53,14 @@ class CudaBackend final : public Backend {
   // steps of layers whose records the host holds read a device table of slots and mapped host
   // records with no host round trip (DeviceTier); tc_prefill: steps and experts of at least
   // kTcRows rows with affine 4-bit or 8-bit weights on tensor cores (mma_rows.cu; off: the
-  // warp-per-row kernels); scan_insert: a prefill's misses in the GPU expert cache are the
+  // warp-per-row kernels); tc_decode: small steps and the experts' small tiles on tensor cores
+  // where mma_vec.cu takes their weights (off: the warp-per-row kernels; one switch for the
+  // process); scan_insert: a prefill's misses in the GPU expert cache are the
   // first to go, and what was there stays (off: they are the most recently used). In the
   // steps recorded as graphs, the kernels of launch.cuh start while the kernel before them
   // drains, their weights coming into L2 meanwhile (no switch).
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert"};
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "tc_decode", "scan_insert"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
@@ -103,6 +105,7 @@ class CudaBackend final : public Backend {
     cuda::DW* table = nullptr;              // (n_experts, 3) on the device
     int fmt_gate_up = cuda::kNoFmt, fmt_down = cuda::kNoFmt;
     bool wide_gate_up = false, wide_down = false;  // rows read 16 bytes at a time
+    int64_t vec_gate_up = 0, vec_down = 0;         // the group where small steps run on mma_vec.cu
   };
   // w's view with device pointers (mirroring its bytes on first use).
   cuda::DW dw(const QWeight& w) const;
@@ -152,6 +155,7 @@ class CudaBackend final : public Backend {
     int64_t pairs = 0;                  // ... how many (0: none to admit)
     int fmt_gu = cuda::kNoFmt, fmt_d = cuda::kNoFmt;
     bool wide_gu = false, wide_d = false;
+    int64_t vec_gu = 0, vec_d = 0;  // the experts' group where they run on mma_vec.cu (else 0)
   };
   static constexpr int64_t kTierRows = 16;
   // m's tier, made at its first call (which syncs); null where the layer takes moe_cached's

@@ -234,6 +234,7 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeSpec& m) {
     if (j == 2) t.wide_down = wide_rows(proto);
     if (j == 1 && fmt != cuda_fmt(*first[0])) fail(m.prefix, ": gate and up experts differ in format");
   }
+  t.vec_gate_up = vec_rows(host[1]) ? vec_group(host[0]) : 0, t.vec_down = vec_group(host[2]);
   if (!t.table) MF_CUDA(cudaMalloc(&t.table, host.size() * sizeof(DW)));
   MF_CUDA(cudaMemcpy(t.table, host.data(), host.size() * sizeof(DW), cudaMemcpyHostToDevice));
   t.experts_data = m.experts[0].gate.data;
@@ -261,6 +262,7 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
   const DW gate0 = dw_view(m.experts[0].gate), up0 = dw_view(m.experts[0].up), down0 = dw_view(m.experts[0].down);
   // Records keep their tensors 64-byte aligned and the staging copies start 256-byte aligned.
   const bool wide_gu = wide_ && wide_rows(gate0) && wide_rows(up0), wide_d = wide_ && wide_rows(down0);
+  const int64_t vec_gu = vec_rows(up0) ? vec_group(gate0) : 0, vec_d = vec_group(down0);
   for (size_t i0 = 0; i0 < used.size(); i0 += win) {
     const std::span<const int32_t> part(used.data() + i0, std::min(win, used.size() - i0));
     std::vector<ExpertRef> refs = m.source->acquire(m.source_layer, part);
@@ -280,8 +282,8 @@ void CudaBackend::moe_streamed(const MoeSpec& m, const float* x, int64_t T, cons
       host[size_t(3 * e + 2)] = on_device(down0, d.down);
     }
     MF_CUDA(cudaMemcpyAsync(table, host.data(), host.size() * sizeof(DW), cudaMemcpyHostToDevice, stream_));
-    experts_gate_up(table, fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
-    experts_down(table, fmt_d, wide_d, hidden, m.dim, h, pt, y, *pool_, stream_);
+    experts_gate_up(table, fmt_gu, wide_gu, vec_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
+    experts_down(table, fmt_d, wide_d, vec_d, hidden, m.dim, h, int32_t(K), pt, y, *pool_, stream_);
     MF_CUDA(cudaStreamSynchronize(stream_));  // `host` and the staging are reused by the next window
   }
 }
@@ -340,9 +342,10 @@ void CudaBackend::moe(const MoeSpec& m, Act x, Act out) {
   st.reset(), st.emplace(*this, "experts");
   if (!m.source) {
     const ExpertTable& t = expert_table(m);
-    experts_gate_up(t.table, t.fmt_gate_up, wide_ && t.wide_gate_up, hidden, dim, x.data, int32_t(K), pt, h, *pool_,
-                    stream_);
-    experts_down(t.table, t.fmt_down, wide_ && t.wide_down, hidden, dim, h, pt, y, *pool_, stream_);
+    experts_gate_up(t.table, t.fmt_gate_up, wide_ && t.wide_gate_up, t.vec_gate_up, hidden, dim, x.data, int32_t(K), pt,
+                    h, *pool_, stream_);
+    experts_down(t.table, t.fmt_down, wide_ && t.wide_down, t.vec_down, hidden, dim, h, int32_t(K), pt, y, *pool_,
+                 stream_);
   } else if (tier) {
     moe_tier(*tier, m, x.data, T, ids, pt, h, y);
   } else {

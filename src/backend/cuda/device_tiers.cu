@@ -66,6 +66,7 @@ CudaBackend::DeviceTier* CudaBackend::device_tier(const MoeSpec& m) {
   const DW gate0 = dw_view(m.experts[0].gate), up0 = dw_view(m.experts[0].up), down0 = dw_view(m.experts[0].down);
   t->fmt_gu = cuda_fmt(m.experts[0].gate), t->fmt_d = cuda_fmt(m.experts[0].down);
   t->wide_gu = wide_rows(gate0) && wide_rows(up0), t->wide_d = wide_rows(down0);
+  t->vec_gu = vec_rows(up0) ? vec_group(gate0) : 0, t->vec_d = vec_group(down0);
   t->host_views.resize(size_t(3 * E));
   t->on_slot.assign(size_t(E), false);
   // Every record read once; holds_all keeps each at its address, so the references go again.
@@ -214,8 +215,8 @@ void CudaBackend::moe_tier(DeviceTier& t, const MoeSpec& m, const float* x, int6
   } else {
     ++tier_reads_.small_steps;
   }
-  experts_gate_up(t.table, t.fmt_gu, wide_ && t.wide_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
-  experts_down(t.table, t.fmt_d, wide_ && t.wide_d, hidden, m.dim, h, pt, y, *pool_, stream_);
+  experts_gate_up(t.table, t.fmt_gu, wide_ && t.wide_gu, t.vec_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
+  experts_down(t.table, t.fmt_d, wide_ && t.wide_d, t.vec_d, hidden, m.dim, h, int32_t(K), pt, y, *pool_, stream_);
   // A prefill's next layer: its experts start coming during this layer's compute, as in moe_cached.
   if (T > kTierRows && prefill_prefetch_ && m.next && m.next->source == m.source && T * K >= 2 * m.n_experts)
     prefetch_layer(*m.next);

@@ -36,6 +36,8 @@ struct RopeDev {
 void rope(const RopeDev& t, int64_t head_dim, int64_t pos0, float* x, int64_t rows, int64_t cols, cudaStream_t s);
 
 // --- matmul.cu ---
+// The current device's multiprocessors (the backend's device, current on its thread).
+int multiprocessors();
 // y (T, w.rows) = x (T, w.cols) W^T.
 void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s);
 // ys[i] = x ws[i]^T for weights sharing x: one launch for several of one format and width
@@ -155,11 +157,13 @@ void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t t
 // expert whose gate data is null is skipped (not in this window). wide: the experts' rows read
 // 16 bytes at a time (wide_rows, dot_rows.cuh). The tensor-core tiles (when pt has them) take
 // their temporaries from pool.
-void experts_gate_up(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* x, int32_t k,
-                     const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s);
+// vec: the experts' group where their views are vec_rows (then their tiles run on mma_vec.cu),
+// else 0.
+void experts_gate_up(const DW* table, int fmt, bool wide, int64_t vec, int64_t hidden, int64_t dim, const float* x,
+                     int32_t k, const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s);
 // y (pairs, dim) = down_e h_p.
-void experts_down(const DW* table, int fmt, bool wide, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
-                  float* y, DevicePool& pool, cudaStream_t s);
+void experts_down(const DW* table, int fmt, bool wide, int64_t vec, int64_t hidden, int64_t dim, const float* h, int32_t k,
+                  const PairTiles& pt, float* y, DevicePool& pool, cudaStream_t s);
 // out (T, dim) = sum over slots in `order` of weight * y.
 // y[rows[i]] = src[i] for i < n (rows of dim floats).
 void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s);
@@ -184,5 +188,23 @@ void experts_gate_up_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, c
                         const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s);
 void experts_down_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
                      float* y, DevicePool& pool, cudaStream_t s);
+
+// --- mma_vec.cu ---
+// Steps of fewer than kTcRows rows (kVecRows at a time) and the experts' tiles of at most kTile
+// pairs over affine 4-bit weights with groups of 64 or more (vec_rows) on tensor cores, with
+// mma_rows.cuh's arithmetic (a row of x gets the same bits alone and in a step of several).
+constexpr int kVecRows = 8;
+bool& vec_tc();  // the backend's tc_decode switch
+bool vec_rows(const DW& w);
+// w's group where vec_rows(w), else 0.
+inline int64_t vec_group(const DW& w) { return vec_rows(w) ? w.group : 0; }
+// ys[i] = x ws[i]^T, every ws[i] vec_rows with ws[0]'s cols.
+void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s);
+// experts_gate_up / experts_down over pt's tiles (not its tensor-core tiles), the experts'
+// views vec_rows.
+void experts_gate_up_vec(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* x, int32_t k,
+                         const PairTiles& pt, float* h, cudaStream_t s);
+void experts_down_vec(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
+                      int32_t k, float* y, cudaStream_t s);
 
 }  // namespace moeflux::cuda

@@ -35,16 +35,23 @@ __device__ __forceinline__ void prefetch_l2_span(const uint8_t* p, int64_t bytes
   for (int64_t o = int64_t(lane) * 128; o < bytes; o += 32 * 128) prefetch_l2(p + o);
 }
 
+// launch() with `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
-void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, Args&&... args) {
+void launch_smem(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                 Args&&... args) {
   cudaLaunchAttribute at[1] = {};
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = s;
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
   cfg.attrs = at, cfg.numAttrs = overlap_launches() ? 1 : 0;
   ++launch_count();
   check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), name, __FILE__, __LINE__);
+}
+
+template <typename... Params, typename... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, Args&&... args) {
+  launch_smem(name, kernel, grid, block, 0, s, std::forward<Args>(args)...);
 }
 
 }  // namespace moeflux::cuda

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
@@ -73,7 +74,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2) matvec_x1_kernel(Shared
   }
 }
 
-// The current device's multiprocessors (the backend's device, current on its thread).
+}  // namespace
+
 int multiprocessors() {
   thread_local int device = -1, n = 0;
   int d = 0;
@@ -82,10 +84,34 @@ int multiprocessors() {
   return n;
 }
 
+namespace {
+
+// ys[i] = x ws[i]^T by the warp-per-row kernels.
+void matmul_rows(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s);
+
 }  // namespace
 
 void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
   MF_ASSERT(ws.size() == ys.size());
+  if (T >= 1 && T < kTcRows && vec_tc()) {  // the weights that can on tensor cores, the others below
+    std::vector<DW> vw, rw;
+    std::vector<float*> vy, ry;
+    for (size_t j = 0; j < ws.size(); ++j) {
+      const bool v = vec_rows(ws[j]);
+      (v ? vw : rw).push_back(ws[j]), (v ? vy : ry).push_back(ys[j]);
+    }
+    if (!vw.empty()) {
+      matmul_vec(vw, x, T, vy, s);
+      if (!rw.empty()) matmul_rows(rw, x, T, ry, s);
+      return;
+    }
+  }
+  matmul_rows(ws, x, T, ys, s);
+}
+
+namespace {
+
+void matmul_rows(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
   size_t i = 0;
   while (i < ws.size()) {
     if (T != 1 || !ws[i].wide) {
@@ -124,9 +150,11 @@ void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* 
   }
 }
 
+}  // namespace
+
 void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s) {
   if (T == 0 || w.rows == 0) return;
-  if (T == 1 && w.wide) {
+  if ((T == 1 && w.wide) || (T < kTcRows && vec_tc() && vec_rows(w))) {
     float* ys[1] = {y};
     matmul(std::span<const DW>(&w, 1), x, T, ys, s);
     return;

@@ -103,14 +103,19 @@ __device__ __forceinline__ uint32_t codes_f16x2(uint32_t v) {
   return r;
 }
 
+// The 8 4-bit codes of q (code i at bits 4i) as four f16 pairs: pair p holds codes p and p + 4,
+// x's stored order (XSplit).
+__device__ __forceinline__ void q4_codes(uint32_t q, uint32_t (&b)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[i] = codes_f16x2(((q >> (4 * i)) & 0x000f000fu) | 0x64006400u);
+}
+
 // This thread's 8 codes of a weight row's chunk (columns 8 tig .. 8 tig + 7) as four f16 pairs:
 // pair p holds columns p and p + 4, x's stored order (XSplit).
 template <int F>
 __device__ __forceinline__ void chunk_codes(const uint8_t* p, uint32_t (&b)[4]) {
   if constexpr (F == kQ4) {
-    const uint32_t q = *reinterpret_cast<const uint32_t*>(p);  // code i at bits 4i
-#pragma unroll
-    for (int i = 0; i < 4; ++i) b[i] = codes_f16x2(((q >> (4 * i)) & 0x000f000fu) | 0x64006400u);
+    q4_codes(*reinterpret_cast<const uint32_t*>(p), b);
   } else {
     const uint2 q = *reinterpret_cast<const uint2*>(p);  // code i at byte i
     const uint32_t t0 = __byte_perm(q.x, q.y, 0x5140), t1 = __byte_perm(q.x, q.y, 0x7362);  // 0 4 1 5, 2 6 3 7

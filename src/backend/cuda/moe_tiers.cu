@@ -103,6 +103,7 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
     const int fmt_gu = cuda_fmt(m.experts[0].gate), fmt_d = cuda_fmt(m.experts[0].down);
     const DW gate0 = dw_view(m.experts[0].gate), up0 = dw_view(m.experts[0].up), down0 = dw_view(m.experts[0].down);
     const bool wide_gu = wide_ && wide_rows(gate0) && wide_rows(up0), wide_d = wide_ && wide_rows(down0);
+    const int64_t vec_gu = vec_rows(up0) ? vec_group(gate0) : 0, vec_d = vec_group(down0);
     const size_t group = size_t(g.slots()), groups = (on_gpu.size() + group - 1) / group;
     const size_t per_table = size_t(3 * E);
     DW* host = pinned_tables_.get<DW>(groups * 2 * per_table);  // [group][hits, misses][3E]
@@ -135,8 +136,8 @@ void CudaBackend::moe_cached(const MoeSpec& m, const float* x, int64_t T, const 
         if (t == 1) g.wait_copies();
         DW* dt = tables + (2 * gi + size_t(t)) * per_table;
         MF_CUDA(cudaMemcpyAsync(dt, ht[t], per_table * sizeof(DW), cudaMemcpyHostToDevice, stream_));
-        experts_gate_up(dt, fmt_gu, wide_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
-        experts_down(dt, fmt_d, wide_d, hidden, m.dim, h, pt, y, *pool_, stream_);
+        experts_gate_up(dt, fmt_gu, wide_gu, vec_gu, hidden, m.dim, x, int32_t(K), pt, h, *pool_, stream_);
+        experts_down(dt, fmt_d, wide_d, vec_d, hidden, m.dim, h, int32_t(K), pt, y, *pool_, stream_);
       }
     }
   }
