@@ -53,14 +53,12 @@ class CudaBackend final : public Backend {
   // steps of layers whose records the host holds read a device table of slots and mapped host
   // records with no host round trip (DeviceTier); tc_prefill: steps and experts of at least
   // kTcRows rows with affine 4-bit or 8-bit weights on tensor cores (mma_rows.cu; off: the
-  // warp-per-row kernels); tc_decode: small steps and the experts' small tiles on tensor cores
-  // where mma_vec.cu takes their weights (off: the warp-per-row kernels; one switch for the
-  // process); scan_insert: a prefill's misses in the GPU expert cache are the
+  // warp-per-row kernels); scan_insert: a prefill's misses in the GPU expert cache are the
   // first to go, and what was there stays (off: they are the most recently used). In the
   // steps recorded as graphs, the kernels of launch.cuh start while the kernel before them
   // drains, their weights coming into L2 meanwhile (no switch).
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "tc_decode", "scan_insert"};
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;

@@ -194,7 +194,6 @@ void experts_down_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, cons
 // pairs over affine 4-bit weights with groups of 64 or more (vec_rows) on tensor cores, with
 // mma_rows.cuh's arithmetic (a row of x gets the same bits alone and in a step of several).
 constexpr int kVecRows = 8;
-bool& vec_tc();  // the backend's tc_decode switch
 bool vec_rows(const DW& w);
 // w's group where vec_rows(w), else 0.
 inline int64_t vec_group(const DW& w) { return vec_rows(w) ? w.group : 0; }

@@ -93,7 +93,7 @@ void matmul_rows(std::span<const DW> ws, const float* x, int64_t T, std::span<fl
 
 void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
   MF_ASSERT(ws.size() == ys.size());
-  if (T >= 1 && T < kTcRows && vec_tc()) {  // the weights that can on tensor cores, the others below
+  if (T >= 1 && T < kTcRows) {  // the weights that can on tensor cores, the others below
     std::vector<DW> vw, rw;
     std::vector<float*> vy, ry;
     for (size_t j = 0; j < ws.size(); ++j) {
@@ -154,7 +154,7 @@ void matmul_rows(std::span<const DW> ws, const float* x, int64_t T, std::span<fl
 
 void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s) {
   if (T == 0 || w.rows == 0) return;
-  if ((T == 1 && w.wide) || (T < kTcRows && vec_tc() && vec_rows(w))) {
+  if ((T == 1 && w.wide) || (T < kTcRows && vec_rows(w))) {
     float* ys[1] = {y};
     matmul(std::span<const DW>(&w, 1), x, T, ys, s);
     return;

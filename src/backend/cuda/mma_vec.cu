@@ -31,11 +31,6 @@
 
 namespace moeflux::cuda {
 
-bool& vec_tc() {
-  static bool on = true;
-  return on;
-}
-
 namespace {
 
 constexpr int kVecWarps = 8, kVecThreads = 32 * kVecWarps, kVecJ = 2, kVecU = 4, kMaxVecW = 4;
