@@ -125,24 +125,14 @@ __device__ __forceinline__ void store_acc(const float (&acc)[2][4][4], int used,
       }
 }
 
-constexpr int kMaxTc = 4;
-struct TcDense {
-  DW w[kMaxTc];
-  float* y[kMaxTc];
-  int32_t first[kMaxTc + 1];  // block x runs weight i where first[i] <= x < first[i + 1]
-};
-
 template <int F>
 __global__ void __launch_bounds__(kTcThreads, 1) matmul_tc_kernel(TcDense d, XSplit xs, int64_t T) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int32_t xrow[kTcM];
-  // This block's weight, selected without indexing the parameters at run time.
-  TcView w = tc_view(d.w[0]);
-  float* y = d.y[0];
-  int32_t first = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxTc; ++i)
-    if (int32_t(blockIdx.x) >= d.first[i]) w = tc_view(d.w[i]), y = d.y[i], first = d.first[i];
+  TcView w;
+  float* y;
+  int32_t first;
+  tc_weight(d, w, y, first);
   const int64_t n0 = int64_t(blockIdx.x - first) * kTcN, m0 = int64_t(blockIdx.y) * kTcM;
   const int used = int(min(int64_t(kTcM), T - m0));
   if (threadIdx.x < kTcM) xrow[threadIdx.x] = int32_t(m0 + min(int(threadIdx.x), used - 1));

@@ -61,6 +61,23 @@ __device__ __forceinline__ TcView tc_view(const DW& w) {
   return TcView{w.data, w.scales, w.biases, w.rows, w.row_bytes, w.scale_cols, w.group_shift, w.stype};
 }
 
+// Up to kMaxTc weights sharing x in one launch: block x runs weight i where first[i] <= x <
+// first[i + 1].
+constexpr int kMaxTc = 4;
+struct TcDense {
+  DW w[kMaxTc];
+  float* y[kMaxTc];
+  int32_t first[kMaxTc + 1];
+};
+// This block's weight of d (its view, output and first block), selected without indexing the
+// parameters at run time (which would put them in local memory).
+__device__ __forceinline__ void tc_weight(const TcDense& d, TcView& w, float*& y, int32_t& first) {
+  w = tc_view(d.w[0]), y = d.y[0], first = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxTc; ++i)
+    if (int32_t(blockIdx.x) >= d.first[i]) w = tc_view(d.w[i]), y = d.y[i], first = d.first[i];
+}
+
 // The block's weight rows: half h (tile rows [h * kTcHalf, (h + 1) * kTcHalf)) is rows r[h] ..
 // of w[h]; rows past w[h].rows read its last row and are not to be stored. Selected by
 // conditionals, never indexed at run time (which would put them in local memory).

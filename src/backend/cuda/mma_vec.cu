@@ -33,7 +33,7 @@ namespace moeflux::cuda {
 
 namespace {
 
-constexpr int kVecWarps = 8, kVecThreads = 32 * kVecWarps, kVecJ = 2, kVecU = 4, kMaxVecW = 4;
+constexpr int kVecWarps = 8, kVecThreads = 32 * kVecWarps, kVecJ = 2, kVecU = 4;
 
 __device__ __forceinline__ float vwarp_max(float v) {
 #pragma unroll
@@ -312,21 +312,13 @@ __device__ __forceinline__ void vec_rows_loop(VecWarp& vw, const VecSmem& s, int
   }
 }
 
-struct VecDense {
-  DW w[kMaxVecW];
-  float* y[kMaxVecW];
-  int32_t first[kMaxVecW + 1];  // block x runs weight i where first[i] <= x < first[i + 1]
-};
-
 // Block x: row blocks (16 rows) [rbb * (x - first[i]), + rbb) of weight i.
-__global__ void __launch_bounds__(kVecThreads, 2) matvec_vec_kernel(VecDense d, const float* x, int n, int rbb) {
+__global__ void __launch_bounds__(kVecThreads, 2) matvec_vec_kernel(TcDense d, const float* x, int n, int rbb) {
   extern __shared__ __align__(16) uint8_t smem[];
-  TcView w = tc_view(d.w[0]);
-  float* y = d.y[0];
-  int32_t first = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxVecW; ++i)
-    if (int32_t(blockIdx.x) >= d.first[i]) w = tc_view(d.w[i]), y = d.y[i], first = d.first[i];
+  TcView w;
+  float* y;
+  int32_t first;
+  tc_weight(d, w, y, first);
   const int cols = int(d.w[0].cols);
   const int rb0 = int(blockIdx.x - first) * rbb, rb1 = min(rb0 + rbb, int((w.rows + 15) / 16));
   VecWarp vw(w, w, cols);
@@ -421,6 +413,16 @@ int rows_per_block(int64_t total) {
   return int(std::clamp<int64_t>((total + target - 1) / target, 1, kMaxRbb));
 }
 
+// The grid of an expert kernel over rbs row blocks per tile, and its row blocks per block.
+struct TileGrid {
+  dim3 grid;
+  int rbb;
+};
+TileGrid tile_grid(int64_t rbs, const PairTiles& pt) {
+  const int rbb = rows_per_block(rbs * std::min<int64_t>(pt.tiles_max, pt.pairs));
+  return {dim3(unsigned((rbs + rbb - 1) / rbb), unsigned(pt.tiles_max)), rbb};
+}
+
 }  // namespace
 
 bool vec_rows(const DW& w) {
@@ -439,14 +441,14 @@ void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<flo
     return;
   }
   size_t i = 0;
-  while (i < ws.size()) {  // the following weights of one shape, up to kMaxVecW, in one launch
-    VecDense d{};
+  while (i < ws.size()) {  // the following weights of one shape, up to kMaxTc, in one launch
+    TcDense d{};
     int n = 0;
     d.first[0] = 0;
     const DW& lead = ws[i];
     const size_t i0 = i;
     int64_t total = 0;
-    for (; i < ws.size() && n < kMaxVecW && ws[i].cols == lead.cols && ws[i].group == lead.group; ++i, ++n) {
+    for (; i < ws.size() && n < kMaxTc && ws[i].cols == lead.cols && ws[i].group == lead.group; ++i, ++n) {
       MF_ASSERT(vec_rows(ws[i]));
       d.w[n] = ws[i], d.y[n] = ys[i];
       total += (ws[i].rows + 15) / 16;
@@ -454,7 +456,7 @@ void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<flo
     const int rbb = rows_per_block(total);
     for (int j = 0; j < n; ++j)
       d.first[j + 1] = d.first[j] + int32_t(((ws[i0 + size_t(j)].rows + 15) / 16 + rbb - 1) / rbb);
-    for (int j = n + 1; j <= kMaxVecW; ++j) d.first[j] = INT32_MAX;
+    for (int j = n + 1; j <= kMaxTc; ++j) d.first[j] = INT32_MAX;
     const size_t smem = vec_smem_bytes(int(T), lead.cols, lead.group);
     allow_vec_smem<matvec_vec_kernel>(smem);
     launch_smem("matvec_vec", matvec_vec_kernel, dim3(unsigned(d.first[n])), dim3(kVecThreads), smem, s, d, x, int(T),
@@ -467,11 +469,9 @@ void experts_gate_up_vec(const DW* table, int64_t group, int64_t hidden, int64_t
   const int n = int(std::min<int64_t>(kTile, pt.pairs / k));
   const size_t smem = vec_smem_bytes(n, dim, group);
   allow_vec_smem<gate_up_vec_kernel>(smem);
-  const int64_t rbs = (hidden + 7) / 8;
-  const int rbb = rows_per_block(rbs * std::min<int64_t>(pt.tiles_max, pt.pairs));
-  const dim3 grid(unsigned((rbs + rbb - 1) / rbb), unsigned(pt.tiles_max));
-  launch_smem("experts_gate_up_vec", gate_up_vec_kernel, grid, dim3(kVecThreads), smem, s, table, hidden, int(dim), x, k,
-              pt.sorted, pt.tiles, pt.n_tiles, h, rbb);
+  const TileGrid g = tile_grid((hidden + 7) / 8, pt);
+  launch_smem("experts_gate_up_vec", gate_up_vec_kernel, g.grid, dim3(kVecThreads), smem, s, table, hidden, int(dim), x,
+              k, pt.sorted, pt.tiles, pt.n_tiles, h, g.rbb);
 }
 
 void experts_down_vec(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
@@ -479,11 +479,9 @@ void experts_down_vec(const DW* table, int64_t group, int64_t hidden, int64_t di
   const int n = int(std::min<int64_t>(kTile, pt.pairs / k));
   const size_t smem = vec_smem_bytes(n, hidden, group);
   allow_vec_smem<down_vec_kernel>(smem);
-  const int64_t rbs = (dim + 15) / 16;
-  const int rbb = rows_per_block(rbs * std::min<int64_t>(pt.tiles_max, pt.pairs));
-  const dim3 grid(unsigned((rbs + rbb - 1) / rbb), unsigned(pt.tiles_max));
-  launch_smem("experts_down_vec", down_vec_kernel, grid, dim3(kVecThreads), smem, s, table, dim, int(hidden), h,
-              pt.sorted, pt.tiles, pt.n_tiles, y, rbb);
+  const TileGrid g = tile_grid((dim + 15) / 16, pt);
+  launch_smem("experts_down_vec", down_vec_kernel, g.grid, dim3(kVecThreads), smem, s, table, dim, int(hidden), h,
+              pt.sorted, pt.tiles, pt.n_tiles, y, g.rbb);
 }
 
 }  // namespace moeflux::cuda
