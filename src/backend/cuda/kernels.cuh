@@ -162,8 +162,8 @@ void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t t
 void experts_gate_up(const DW* table, int fmt, bool wide, int64_t vec, int64_t hidden, int64_t dim, const float* x,
                      int32_t k, const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s);
 // y (pairs, dim) = down_e h_p.
-void experts_down(const DW* table, int fmt, bool wide, int64_t vec, int64_t hidden, int64_t dim, const float* h, int32_t k,
-                  const PairTiles& pt, float* y, DevicePool& pool, cudaStream_t s);
+void experts_down(const DW* table, int fmt, bool wide, int64_t vec, int64_t hidden, int64_t dim, const float* h,
+                  int32_t k, const PairTiles& pt, float* y, DevicePool& pool, cudaStream_t s);
 // out (T, dim) = sum over slots in `order` of weight * y.
 // y[rows[i]] = src[i] for i < n (rows of dim floats).
 void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* y, cudaStream_t s);

@@ -1,6 +1,8 @@
-// Matmul of a weight in any format with T token rows: a warp per weight row, tiles of kTile
+// Matmul of a weight in any format with T token rows: steps of fewer than kTcRows rows over
+// the weights mma_vec.cu takes go there; the others a warp per weight row, tiles of kTile
 // tokens per block row (each weight row is read once per tile), 8 values at a time. One token
 // over rows that read wide (dot_rows_x1): a warp per kRowsPerWarp rows.
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <span>
@@ -87,30 +89,6 @@ int multiprocessors() {
 namespace {
 
 // ys[i] = x ws[i]^T by the warp-per-row kernels.
-void matmul_rows(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s);
-
-}  // namespace
-
-void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
-  MF_ASSERT(ws.size() == ys.size());
-  if (T >= 1 && T < kTcRows) {  // the weights that can on tensor cores, the others below
-    std::vector<DW> vw, rw;
-    std::vector<float*> vy, ry;
-    for (size_t j = 0; j < ws.size(); ++j) {
-      const bool v = vec_rows(ws[j]);
-      (v ? vw : rw).push_back(ws[j]), (v ? vy : ry).push_back(ys[j]);
-    }
-    if (!vw.empty()) {
-      matmul_vec(vw, x, T, vy, s);
-      if (!rw.empty()) matmul_rows(rw, x, T, ry, s);
-      return;
-    }
-  }
-  matmul_rows(ws, x, T, ys, s);
-}
-
-namespace {
-
 void matmul_rows(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
   size_t i = 0;
   while (i < ws.size()) {
@@ -151,6 +129,22 @@ void matmul_rows(std::span<const DW> ws, const float* x, int64_t T, std::span<fl
 }
 
 }  // namespace
+
+void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
+  MF_ASSERT(ws.size() == ys.size());
+  if (T >= 1 && T < kTcRows && std::any_of(ws.begin(), ws.end(), vec_rows)) {  // mma_vec.cu's share, then the rest
+    std::vector<DW> vw, rw;
+    std::vector<float*> vy, ry;
+    for (size_t j = 0; j < ws.size(); ++j) {
+      const bool v = vec_rows(ws[j]);
+      (v ? vw : rw).push_back(ws[j]), (v ? vy : ry).push_back(ys[j]);
+    }
+    matmul_vec(vw, x, T, vy, s);
+    if (!rw.empty()) matmul_rows(rw, x, T, ry, s);
+    return;
+  }
+  matmul_rows(ws, x, T, ys, s);
+}
 
 void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s) {
   if (T == 0 || w.rows == 0) return;
