@@ -12,6 +12,12 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // acc[t] += this lane's part of row r of w . xs[t] for t < nt (sum acc over the warp for the
 // dot). The xs are w.cols floats each.
 template <int F>

@@ -28,12 +28,6 @@ namespace moeflux::cuda {
 
 namespace {
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // A warp per row: e such that max |x * 2^e| is in [2^13, 2^14) (e = 0 for a row of zeros or with
 // a value not finite; |e| <= 126), then hi, lo and the sums of each 32 columns.
 constexpr int kSplitWarps = 8;
@@ -52,24 +46,11 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   }
   m = warp_max(m);
   finite = __all_sync(0xffffffffu, finite);
-  int e = 0;
-  if (finite && m > 0.0f) {
-    int me = 0;
-    frexpf(m, &me);  // m < 2^me
-    e = max(-126, min(126, 14 - me));
-  }
-  const float scale = __int_as_float((127 + e) << 23);
-  // Column c0 + lane goes to position (lane & ~7) + its place in 0 4 1 5 2 6 3 7.
-  const int j = lane % 8, at = (lane & ~7) + (j % 4) * 2 + j / 4;
-  for (int64_t c0 = 0; c0 < cols; c0 += 32) {
-    const float v = xr[c0 + lane] * scale;
-    const __half h = __float2half_rn(v);
-    hi[r * cols + c0 + at] = h;
-    lo[r * cols + c0 + at] = __float2half_rn(v - __half2float(h));
-    const float s = warp_sum(v);
-    if (lane == 0) sums[r * (cols / 32) + c0 / 32] = s;
-  }
-  if (lane == 0) inv[r] = __int_as_float((127 - e) << 23);
+  const int e = split_exponent(m, finite);
+  const float scale = pow2f(e);
+  for (int64_t c = 0; c < cols / 32; ++c)
+    split_store(xr[32 * c + lane] * scale, c, hi + r * cols, lo + r * cols, sums + r * (cols / 32));
+  if (lane == 0) inv[r] = pow2f(-e);
 }
 
 // x (rows, cols) split into pool memory held by sc.

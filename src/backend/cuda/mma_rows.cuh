@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/dweight.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -46,6 +47,27 @@ struct XSplit {
   const float* inv = nullptr;    // (rows): 2^-e
   int64_t cols = 0;
 };
+
+// split_rows's rules, shared by every kernel that splits x (the same bits wherever it is done):
+// the exponent e of a row whose largest magnitude is m (0 for a row of zeros or with a value
+// not finite; |e| <= 126), which puts m in [2^13, 2^14); 2^e as a float; and the store of
+// v = x * 2^e at column 32 c + lane as hi and lo (positions 0 4 1 5 2 6 3 7 within each 8) and
+// of the 32 columns' sum (lane 0), into a row of `cols` halves and cols / 32 sums.
+__device__ __forceinline__ int split_exponent(float m, bool finite) {
+  if (!finite || !(m > 0.0f)) return 0;
+  int me = 0;
+  frexpf(m, &me);  // m < 2^me
+  return max(-126, min(126, 14 - me));
+}
+__device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); }
+__device__ __forceinline__ void split_store(float v, int64_t c, __half* hi, __half* lo, float* sums) {
+  const int lane = threadIdx.x % 32, j = lane % 8, at = (lane & ~7) + (j % 4) * 2 + j / 4;
+  const __half h = __float2half_rn(v);
+  hi[32 * c + at] = h;
+  lo[32 * c + at] = __float2half_rn(v - __half2float(h));
+  const float s = warp_sum(v);
+  if (lane == 0) sums[c] = s;
+}
 
 // What the tile reads of a weight (DW's fields, held in registers).
 struct TcView {

@@ -35,12 +35,6 @@ namespace {
 
 constexpr int kVecWarps = 8, kVecThreads = 32 * kVecWarps, kVecJ = 2, kVecU = 4;
 
-__device__ __forceinline__ float vwarp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // A block's shared memory: the warps' partial results, the warps' largest magnitudes of each
 // row of x, 2^-e of each row, the scales and biases of the block's weight rows, then x split
 // (sums of each 32 columns, hi, lo).
@@ -103,12 +97,11 @@ __device__ __forceinline__ void split_block(Src src, int n, const VecSmem& s) {
         else finite = false;
       }
     }
-    m = vwarp_max(m);
+    m = warp_max(m);
     finite = __all_sync(0xffffffffu, finite);
     if (lane == 0) s.mx[warp * kVecRows + i] = finite ? m : -1.0f;
   }
   __syncthreads();
-  const int j = lane % 8, at = (lane & ~7) + (j % 4) * 2 + j / 4;  // split_rows's order
   for (int i = 0; i < n; ++i) {
     float m = 0.0f;
     bool finite = true;
@@ -117,14 +110,9 @@ __device__ __forceinline__ void split_block(Src src, int n, const VecSmem& s) {
       if (v < 0.0f) finite = false;
       else m = fmaxf(m, v);
     }
-    int e = 0;
-    if (finite && m > 0.0f) {
-      int me = 0;
-      frexpf(m, &me);
-      e = max(-126, min(126, 14 - me));
-    }
-    const float scale = __int_as_float((127 + e) << 23);
-    if (threadIdx.x == 0) s.inv[i] = __int_as_float((127 - e) << 23);
+    const int e = split_exponent(m, finite);
+    const float scale = pow2f(e);
+    if (threadIdx.x == 0) s.inv[i] = pow2f(-e);
     const float* xr = src(i);
     for (int c0 = warp; c0 < nc; c0 += kVecWarps * kSplitAt) {
       float v[kSplitAt];
@@ -137,11 +125,7 @@ __device__ __forceinline__ void split_block(Src src, int n, const VecSmem& s) {
       for (int u = 0; u < kSplitAt; ++u) {
         const int c = c0 + kVecWarps * u;
         if (c >= nc) break;
-        const __half h = __float2half_rn(v[u]);
-        s.hi[i * cols + 32 * c + at] = h;
-        s.lo[i * cols + 32 * c + at] = __float2half_rn(v[u] - __half2float(h));
-        const float sum = warp_sum(v[u]);
-        if (lane == 0) s.sums[i * nc + c] = sum;
+        split_store(v[u], c, s.hi + i * cols, s.lo + i * cols, s.sums + i * nc);
       }
     }
   }

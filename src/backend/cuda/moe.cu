@@ -52,12 +52,6 @@ __device__ void warp_topk(const float* x, int n, int k, bool* taken, int* ids) {
   }
 }
 
-__device__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 __global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, float* w_out, int32_t* order_out,
                              int32_t* ids_host, int32_t* sorted, int32_t* tiles, int32_t* n_tiles) {
   await_previous();
