@@ -220,7 +220,8 @@ class CudaBackend final : public Backend {
   // only with the switch MOEFLUX_CUDA_DEVICE_GDN=1 (read when states are made: at start-up).
   bool mla_on_device(const MlaSpec& a) const;
   bool gdn_on_device(const GdnSpec& a) const;
-  // Replay: the ops only keep their host-side books; the graph runs in logits().
+  // Replay: the ops only keep their host-side books; the graph, launched by begin_step, runs
+  // meanwhile and logits() waits for it.
   bool replaying() const { return mode_ == Mode::Replay; }
   // Device positions of the sequences of `seqs` (one int each, in order): the step's staging when
   // in a step, else uploaded now.

@@ -195,8 +195,8 @@ void experts_down_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, cons
 // mma_rows.cuh's arithmetic (a row of x gets the same bits alone and in a step of several).
 constexpr int kVecRows = 8;
 bool vec_rows(const DW& w);
-// w's group where vec_rows(w), else 0.
-inline int64_t vec_group(const DW& w) { return vec_rows(w) ? w.group : 0; }
+// w's group where vec_rows(w) and a tile of kTile pairs fits a block, else 0.
+int64_t vec_group(const DW& w);
 // ys[i] = x ws[i]^T, every ws[i] vec_rows with ws[0]'s cols.
 void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s);
 // experts_gate_up / experts_down over pt's tiles (not its tensor-core tiles), the experts'

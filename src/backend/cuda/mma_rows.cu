@@ -37,19 +37,24 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   const int64_t r = int64_t(blockIdx.x) * kSplitWarps + threadIdx.x / 32;
   if (r >= rows) return;
   const float* xr = x + r * cols;
+  const int64_t nq = cols / 8;  // 8 columns a lane
   float m = 0.0f;
   bool finite = true;
-  for (int64_t c = lane; c < cols; c += 32) {
-    const float v = xr[c];
-    if (isfinite(v)) m = fmaxf(m, fabsf(v));
-    else finite = false;
+  for (int64_t q0 = 0; q0 < nq; q0 += 32) {
+    float v[8];
+    load8(xr, q0 + lane, q0 + lane < nq, 1.0f, v);
+    max8(v, m, finite);
   }
   m = warp_max(m);
   finite = __all_sync(0xffffffffu, finite);
   const int e = split_exponent(m, finite);
   const float scale = pow2f(e);
-  for (int64_t c = 0; c < cols / 32; ++c)
-    split_store(xr[32 * c + lane] * scale, c, hi + r * cols, lo + r * cols, sums + r * (cols / 32));
+  for (int64_t q0 = 0; q0 < nq; q0 += 32) {
+    float v[8];
+    const bool ok = q0 + lane < nq;
+    load8(xr, q0 + lane, ok, scale, v);
+    split_store8(v, q0 + lane, ok, hi + r * cols, lo + r * cols, sums + r * (cols / 32));
+  }
   if (lane == 0) inv[r] = pow2f(-e);
 }
 

@@ -50,9 +50,11 @@ struct XSplit {
 
 // split_rows's rules, shared by every kernel that splits x (the same bits wherever it is done):
 // the exponent e of a row whose largest magnitude is m (0 for a row of zeros or with a value
-// not finite; |e| <= 126), which puts m in [2^13, 2^14); 2^e as a float; and the store of
-// v = x * 2^e at column 32 c + lane as hi and lo (positions 0 4 1 5 2 6 3 7 within each 8) and
-// of the 32 columns' sum (lane 0), into a row of `cols` halves and cols / 32 sums.
+// not finite; |e| <= 126), which puts m in [2^13, 2^14); 2^e as a float; and the store of v =
+// x * 2^e at columns 8 q .. 8 q + 7 (one thread's) as hi and lo (positions 0 4 1 5 2 6 3 7) and
+// of each 32 columns' sum, into a row of `cols` halves and cols / 32 sums. A 32 columns' sum is
+// summed by the 4 lanes 4k .. 4k + 3 holding them (q % 4 = lane % 4): each its 8 in pairs, then
+// across the 4; every lane of the warp calls split_store8, `ok` false for a lane past the row.
 __device__ __forceinline__ int split_exponent(float m, bool finite) {
   if (!finite || !(m > 0.0f)) return 0;
   int me = 0;
@@ -60,13 +62,40 @@ __device__ __forceinline__ int split_exponent(float m, bool finite) {
   return max(-126, min(126, 14 - me));
 }
 __device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); }
-__device__ __forceinline__ void split_store(float v, int64_t c, __half* hi, __half* lo, float* sums) {
-  const int lane = threadIdx.x % 32, j = lane % 8, at = (lane & ~7) + (j % 4) * 2 + j / 4;
-  const __half h = __float2half_rn(v);
-  hi[32 * c + at] = h;
-  lo[32 * c + at] = __float2half_rn(v - __half2float(h));
-  const float s = warp_sum(v);
-  if (lane == 0) sums[c] = s;
+__device__ __forceinline__ void split_store8(const float (&v)[8], int64_t q, bool ok, __half* hi, __half* lo,
+                                             float* sums) {
+  uint4 h, l;
+  uint32_t* hw = &h.x;
+  uint32_t* lw = &l.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half a = __float2half_rn(v[i]), b = __float2half_rn(v[i + 4]);
+    const __half la = __float2half_rn(v[i] - __half2float(a)), lb = __float2half_rn(v[i + 4] - __half2float(b));
+    hw[i] = uint32_t(__half_as_ushort(a)) | uint32_t(__half_as_ushort(b)) << 16;
+    lw[i] = uint32_t(__half_as_ushort(la)) | uint32_t(__half_as_ushort(lb)) << 16;
+  }
+  float s = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  if (!ok) return;
+  *reinterpret_cast<uint4*>(hi + 8 * q) = h;
+  *reinterpret_cast<uint4*>(lo + 8 * q) = l;
+  if (q % 4 == 0) sums[q / 4] = s;
+}
+// Columns 8 q .. 8 q + 7 of a row (16-byte aligned) times `scale` (zeros where !ok).
+__device__ __forceinline__ void load8(const float* row, int64_t q, bool ok, float scale, float (&v)[8]) {
+  float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+  if (ok) a = reinterpret_cast<const float4*>(row)[2 * q], b = reinterpret_cast<const float4*>(row)[2 * q + 1];
+  v[0] = a.x * scale, v[1] = a.y * scale, v[2] = a.z * scale, v[3] = a.w * scale;
+  v[4] = b.x * scale, v[5] = b.y * scale, v[6] = b.z * scale, v[7] = b.w * scale;
+}
+// The largest magnitude of v into m; finite false where one is not.
+__device__ __forceinline__ void max8(const float (&v)[8], float& m, bool& finite) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (isfinite(v[i])) m = fmaxf(m, fabsf(v[i]));
+    else finite = false;
+  }
 }
 
 // What the tile reads of a weight (DW's fields, held in registers).

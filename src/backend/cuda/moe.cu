@@ -37,65 +37,86 @@ __device__ Cand warp_best(Cand c) {
   return c;
 }
 
-// The k best of x (n, in shared memory) into ids, in order; taken (n) is cleared first.
-__device__ void warp_topk(const float* x, int n, int k, bool* taken, int* ids) {
+// Lane l's value i is expert l + 32 i (P a lane: n <= 32 P). The k best of v (ties to the lower
+// index) in order: lane j < k gets slot j's expert (id) and value (val); every lane calls
+// pick(j, c) with slot j's choice as it is made. taken: the bits of the lane's values chosen.
+template <int P, typename Pick>
+__device__ __forceinline__ void warp_topk(const float (&v)[P], int n, int k, int& id, float& val, Pick pick) {
   const int lane = threadIdx.x & 31;
-  for (int e = lane; e < n; e += 32) taken[e] = false;
-  __syncwarp();
+  uint32_t taken = 0;
   for (int j = 0; j < k; ++j) {
     Cand c{0.0f, INT_MAX};
-    for (int e = lane; e < n; e += 32)
-      if (!taken[e] && before(Cand{x[e], e}, c)) c = Cand{x[e], e};
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int e = lane + 32 * i;
+      if (e < n && !(taken >> i & 1u) && before(Cand{v[i], e}, c)) c = Cand{v[i], e};
+    }
     c = warp_best(c);
-    if (lane == 0) ids[j] = c.i, taken[c.i] = true;
-    __syncwarp();
+    if (c.i != INT_MAX && c.i % 32 == lane) taken |= 1u << (c.i / 32);
+    if (lane == j) id = c.i, val = c.v;
+    pick(j, c);
   }
 }
 
-__global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, float* w_out, int32_t* order_out,
-                             int32_t* ids_host, int32_t* sorted, int32_t* tiles, int32_t* n_tiles) {
+// v[i] of the lane that holds expert e (every lane calls it).
+template <int P>
+__device__ __forceinline__ float value_of(const float (&v)[P], int e) {
+  float r = 0.0f;
+#pragma unroll
+  for (int i = 0; i < P; ++i)
+    if (i == e / 32) r = v[i];
+  return __shfl_sync(0xffffffffu, r, e % 32);
+}
+
+// A warp a token: the k experts of its logits (n), their weights and ascending (id, slot) order;
+// for one token also its tiles (a tile of one pair for each expert, ascending, as group_kernel's).
+template <int P>
+__global__ void __launch_bounds__(32)
+    route_kernel(RouteDev r, const float* logits, int32_t* ids_out, float* w_out, int32_t* order_out,
+                 int32_t* ids_host, int32_t* sorted, int32_t* tiles, int32_t* n_tiles) {
   await_previous();
-  __shared__ float p[kMaxExperts], choice[kMaxExperts];
-  __shared__ bool taken[kMaxExperts];
-  __shared__ int ids[kMaxK], ord[kMaxK];
-  __shared__ float wsh[kMaxK];
+  __shared__ float choice[kMaxExperts];
   __shared__ float gscore[64];
   __shared__ int kept[64];
   const int lane = threadIdx.x, n = r.n_experts, K = r.k;
   const int64_t t = blockIdx.x;
   const float* lg = logits + t * n;
-  float* w = wsh;  // written to w_out at the end: global reads after writes are slow
+  float v[P];  // the scores ranked
+#pragma unroll
+  for (int i = 0; i < P; ++i) v[i] = lane + 32 * i < n ? lg[lane + 32 * i] : 0.0f;
+  int id = 0;
+  float w = 0.0f, val = 0.0f;
   if (r.kind == 0) {  // SoftmaxTopK
     float m = -INFINITY;
-    for (int e = lane; e < n; e += 32) m = fmaxf(m, p[e] = lg[e]);
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (lane + 32 * i < n) m = fmaxf(m, v[i]);
     m = warp_max(m);
     float s = 0.0f;
-    for (int e = lane; e < n; e += 32) s += (p[e] = expf(p[e] - m));
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (lane + 32 * i < n) s += (v[i] = expf(v[i] - m));
     s = warp_sum(s);
-    for (int e = lane; e < n; e += 32) p[e] /= s;
-    __syncwarp();
-    warp_topk(p, n, K, taken, ids);
-    if (lane == 0) {
-      float sum = 0.0f;
-      for (int j = 0; j < K; ++j) sum += (w[j] = p[ids[j]]);
-      if (r.renorm)
-        for (int j = 0; j < K; ++j) w[j] /= sum;
-    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) v[i] /= s;
+    float sum = 0.0f;
+    warp_topk(v, n, K, id, val, [&](int, Cand c) { sum += c.v; });
+    w = r.renorm ? val / sum : val;
   } else if (r.kind == 1) {  // TopKSoftmax
-    for (int e = lane; e < n; e += 32) p[e] = lg[e];
-    __syncwarp();
-    warp_topk(p, n, K, taken, ids);
-    if (lane == 0) {
-      float m = p[ids[0]];
-      for (int j = 1; j < K; ++j) m = fmaxf(m, p[ids[j]]);
-      float s = 0.0f;
-      for (int j = 0; j < K; ++j) s += (w[j] = expf(p[ids[j]] - m));
-      for (int j = 0; j < K; ++j) w[j] /= s;
-    }
+    warp_topk(v, n, K, id, val, [](int, Cand) {});
+    const float m = __shfl_sync(0xffffffffu, val, 0);  // the first is the largest
+    const float ex = lane < K ? expf(val - m) : 0.0f;
+    float s = 0.0f;
+    for (int j = 0; j < K; ++j) s += __shfl_sync(0xffffffffu, ex, j);
+    w = ex / s;
   } else {  // SigmoidGrouped
-    for (int e = lane; e < n; e += 32) {
-      p[e] = 1.0f / (1.0f + expf(-lg[e]));
-      choice[e] = p[e] + (r.bias ? r.bias[e] : 0.0f);
+    float p[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int e = lane + 32 * i;
+      p[i] = 1.0f / (1.0f + expf(-v[i]));
+      v[i] = p[i] + (r.bias && e < n ? r.bias[e] : 0.0f);
+      if (e < n) choice[e] = v[i];
     }
     __syncwarp();
     const int per = n / r.n_group;
@@ -119,32 +140,31 @@ __global__ void route_kernel(RouteDev r, const float* logits, int32_t* ids_out, 
       }
     }
     __syncwarp();
-    for (int e = lane; e < n; e += 32)  // dropped groups compete with 0, as transformers' masked_fill
-      if (!kept[e / per]) choice[e] = 0.0f;
-    __syncwarp();
-    warp_topk(choice, n, K, taken, ids);
-    if (lane == 0) {
-      float sum = 0.0f;
-      for (int j = 0; j < K; ++j) sum += (w[j] = p[ids[j]]);
-      const float denom = r.renorm ? sum + 1e-20f : 1.0f;
-      for (int j = 0; j < K; ++j) w[j] = w[j] / denom * r.scaling;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {  // dropped groups compete with 0, as transformers' masked_fill
+      const int e = lane + 32 * i;
+      if (e < n && !kept[e / per]) v[i] = 0.0f;
     }
+    float sum = 0.0f, mine = 0.0f;
+    warp_topk(v, n, K, id, val, [&](int j, Cand c) {
+      const float pj = value_of(p, c.i);
+      sum += pj;
+      if (lane == j) mine = pj;
+    });
+    const float denom = r.renorm ? sum + 1e-20f : 1.0f;
+    w = mine / denom * r.scaling;
   }
-  __syncwarp();
-  if (lane == 0) {
-    for (int j = 0; j < K; ++j) {  // insertion sort of the slots by (id, slot)
-      int at = j;
-      while (at > 0 && ids[ord[at - 1]] > ids[j]) ord[at] = ord[at - 1], --at;
-      ord[at] = j;
+  if (lane < K) {
+    int rank = 0;  // the slot's place in ascending (id, slot)
+    for (int i = 0; i < K; ++i) {
+      const int o = __shfl_sync(0xffffffffu >> (32 - K), id, i);
+      rank += o < id || (o == id && i < lane);
     }
-  }
-  __syncwarp();
-  for (int j = lane; j < K; j += 32) {
-    ids_out[t * K + j] = ids[j], w_out[t * K + j] = wsh[j], order_out[t * K + j] = ord[j];
-    if (ids_host) ids_host[t * K + j] = ids[j];
-    if (tiles) {  // one token: a tile of one pair for each expert, ascending, as group_kernel's
-      sorted[j] = ord[j];
-      tiles[j * kTileFields] = ids[ord[j]], tiles[j * kTileFields + 1] = j, tiles[j * kTileFields + 2] = 1;
+    ids_out[t * K + lane] = id, w_out[t * K + lane] = w, order_out[t * K + rank] = lane;
+    if (ids_host) ids_host[t * K + lane] = id;
+    if (tiles) {
+      sorted[rank] = lane;
+      tiles[rank * kTileFields] = id, tiles[rank * kTileFields + 1] = rank, tiles[rank * kTileFields + 2] = 1;
     }
   }
   if (tiles && lane == 0) *n_tiles = K;
@@ -328,12 +348,18 @@ void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim,
 
 void route(const RouteDev& r, const float* logits, int64_t T, int32_t* ids, float* weights, int32_t* order,
            cudaStream_t s, int32_t* ids_host, const TilesOut* one) {
-  MF_ASSERT(r.n_experts <= kMaxExperts && r.k <= kMaxK && r.n_group <= 64);
+  MF_ASSERT(r.n_experts <= kMaxExperts && r.k >= 1 && r.k <= kMaxK && r.k <= r.n_experts && r.n_group <= 64);
   MF_ASSERT(!one || T == 1);
   if (T == 0) return;
   const TilesOut out = one ? *one : TilesOut{};
-  launch("route", route_kernel, dim3(unsigned(T)), dim3(32), s, r, logits, ids, weights, order, ids_host, out.sorted,
-         out.tiles, out.n_tiles);
+  const auto go = [&](auto kernel) {
+    launch("route", kernel, dim3(unsigned(T)), dim3(32), s, r, logits, ids, weights, order, ids_host, out.sorted,
+           out.tiles, out.n_tiles);
+  };
+  if (r.n_experts <= 128) go(route_kernel<4>);
+  else if (r.n_experts <= 256) go(route_kernel<8>);
+  else if (r.n_experts <= 512) go(route_kernel<16>);
+  else go(route_kernel<32>);
 }
 
 int64_t max_tiles(int64_t pairs, int64_t n_experts) { return pairs / kTile + std::min(pairs, n_experts) + 1; }

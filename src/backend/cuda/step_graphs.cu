@@ -59,7 +59,9 @@ void CudaBackend::begin_step(const StepInfo& step) {
   if (step_graphable_) {
     if (auto it = graphs_.find(step_key_); it != graphs_.end()) {
       mode_ = Mode::Replay, replay_ = &it->second;
-      return;  // the graph copies the staging itself
+      // The graph copies the staging itself; it runs while the host walks the step's ops.
+      MF_CUDA(cudaGraphLaunch(replay_->exec, stream_));
+      return;
     }
     if (recordable_.count(step_key_)) {
       MF_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
@@ -119,8 +121,7 @@ void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
   const size_t n = size_t(x.rows * head.rows);
   const Stage st(*this, "lm_head");
   if (mode_ == Mode::Replay) {
-    MF_ASSERT(replay_->logits_floats == n);
-    MF_CUDA(cudaGraphLaunch(replay_->exec, stream_));
+    MF_ASSERT(replay_->logits_floats == n);  // the graph was launched by begin_step
     MF_CUDA(cudaMemcpyAsync(logits, replay_->logits, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     MF_CUDA(cudaStreamSynchronize(stream_));
     return;
