@@ -62,6 +62,9 @@ __device__ __forceinline__ int split_exponent(float m, bool finite) {
   return max(-126, min(126, 14 - me));
 }
 __device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); }
+// Interleaved: hi and lo in one row of 2 cols halves, each 32-bit word of hi followed by the
+// same word of lo (lo unused).
+template <bool Interleaved = false>
 __device__ __forceinline__ void split_store8(const float (&v)[8], int64_t q, bool ok, __half* hi, __half* lo,
                                              float* sums) {
   uint4 h, l;
@@ -78,8 +81,13 @@ __device__ __forceinline__ void split_store8(const float (&v)[8], int64_t q, boo
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);
   if (!ok) return;
-  *reinterpret_cast<uint4*>(hi + 8 * q) = h;
-  *reinterpret_cast<uint4*>(lo + 8 * q) = l;
+  if constexpr (Interleaved) {
+    *reinterpret_cast<uint4*>(hi + 16 * q) = make_uint4(h.x, l.x, h.y, l.y);
+    *reinterpret_cast<uint4*>(hi + 16 * q + 8) = make_uint4(h.z, l.z, h.w, l.w);
+  } else {
+    *reinterpret_cast<uint4*>(hi + 8 * q) = h;
+    *reinterpret_cast<uint4*>(lo + 8 * q) = l;
+  }
   if (q % 4 == 0) sums[q / 4] = s;
 }
 // Columns 8 q .. 8 q + 7 of a row (16-byte aligned) times `scale` (zeros where !ok).
@@ -171,11 +179,30 @@ __device__ __forceinline__ uint32_t codes_f16x2(uint32_t v) {
   return r;
 }
 
+// (a & mask) | ex in one instruction.
+template <uint32_t Mask, uint32_t Ex>
+__device__ __forceinline__ uint32_t and_or(uint32_t a) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(Mask), "n"(Ex));
+  return r;
+}
+
+// Two codes as f16 (exact) from 0x64006400 | a << 20 | b << 4, i.e. 1024 + 16 a and 1024 + 16 b:
+// times 1/16, less 64.
+__device__ __forceinline__ uint32_t codes16_f16x2(uint32_t v) {
+  uint32_t r;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x2c002c00u), "r"(0xd400d400u));
+  return r;
+}
+
 // The 8 4-bit codes of q (code i at bits 4i) as four f16 pairs: pair p holds codes p and p + 4,
-// x's stored order (XSplit).
+// x's stored order (XSplit). The odd codes are taken in place (16 times their value) and scaled.
 __device__ __forceinline__ void q4_codes(uint32_t q, uint32_t (&b)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) b[i] = codes_f16x2(((q >> (4 * i)) & 0x000f000fu) | 0x64006400u);
+  const uint32_t h = q >> 8;
+  b[0] = codes_f16x2(and_or<0x000f000fu, 0x64006400u>(q));
+  b[1] = codes16_f16x2(and_or<0x00f000f0u, 0x64006400u>(q));
+  b[2] = codes_f16x2(and_or<0x000f000fu, 0x64006400u>(h));
+  b[3] = codes16_f16x2(and_or<0x00f000f0u, 0x64006400u>(h));
 }
 
 // This thread's 8 codes of a weight row's chunk (columns 8 tig .. 8 tig + 7) as four f16 pairs:

@@ -57,7 +57,7 @@ __host__ __device__ constexpr int vec_stage_bytes(int64_t cols, int64_t ng) {
 
 // A block's shared memory: the warps' partial results, the warps' largest magnitudes of each
 // row of x, 2^-e of each row, the stages of weight rows in flight, then x split (sums of each
-// 32 columns, hi, lo).
+// 32 columns, hi and lo interleaved).
 struct VecSmem {
   float* red;      // (kVecWarps, kVecJ, 8 rows of x, 8 weight rows)
   float* mx;       // (kVecWarps, kVecRows): -1 where the warp saw a value not finite
@@ -65,8 +65,7 @@ struct VecSmem {
   float4* cvt;     // (kVecWarps, 8 vec_warp_groups): each warp's scales as converted
   uint8_t* stage;  // (stages, stage_bytes)
   float* sums;     // (n, cols / 32)
-  __half* hi;      // (n, cols), XSplit's order
-  __half* lo;
+  __half* x;       // (n, 2 cols): XSplit's order, each word of hi followed by the same word of lo
   int cols, ng, stage_bytes;
 };
 constexpr size_t kVecHead = size_t(kVecWarps * kVecJ * 64 + kVecWarps * kVecRows + kVecRows) * 4;
@@ -87,8 +86,7 @@ __device__ __forceinline__ VecSmem carve(uint8_t* smem, int n, int cols, int ng,
   s.stage_bytes = vec_stage_bytes(cols, ng);
   s.stage = p, p += size_t(stages) * s.stage_bytes;
   s.sums = reinterpret_cast<float*>(p), p += round16(size_t(n) * (cols / 32) * 4);
-  s.hi = reinterpret_cast<__half*>(p);
-  s.lo = s.hi + size_t(n) * cols;
+  s.x = reinterpret_cast<__half*>(p);
   s.cols = cols, s.ng = ng;
   return s;
 }
@@ -128,7 +126,7 @@ __device__ __forceinline__ void split_block(Src src, int n, const VecSmem& s) {
       float v[8];
       const bool ok = q0 + lane < nq;
       load8(xr, q0 + lane, ok, pow2f(e), v);
-      split_store8(v, q0 + lane, ok, s.hi + i * cols, s.lo + i * cols, s.sums + i * (cols / 32));
+      split_store8<true>(v, q0 + lane, ok, s.x + 2 * i * cols, nullptr, s.sums + i * (cols / 32));
     }
   }
   __syncthreads();
@@ -168,13 +166,14 @@ __device__ __forceinline__ void cp_async_wait_all_but(int newer) {
 // 8), and each warp's share of the columns, whole groups [64 sa, 64 sb).
 struct VecBlock {
   TcView w[kVecJ];
-  int cols, ng, sa, sb;
+  int cols, ng, sa, sb, ga, ngw;  // the warp's groups: ngw from ga
 
   __device__ __forceinline__ VecBlock(const TcView& w0, const TcView& w1, int cols_) : cols(cols_) {
     w[0] = w0, w[1] = w1;
     ng = cols >> w0.group_shift;
-    const int warp = threadIdx.x / 32, spg = 1 << (w0.group_shift - 6);
-    sa = warp * ng / kVecWarps * spg, sb = (warp + 1) * ng / kVecWarps * spg;
+    const int warp = threadIdx.x / 32, sh = w0.group_shift - 6;  // spans a group: 1 << sh
+    ga = warp * ng / kVecWarps, ngw = (warp + 1) * ng / kVecWarps - ga;
+    sa = ga << sh, sb = (ga + ngw) << sh;
   }
 
   // Every thread of the block: rows r0 .. r0 + 7 of w[0] and r1 .. r1 + 7 of w[1] (those that
@@ -205,7 +204,7 @@ struct VecBlock {
   // half j, group gi and lane tig, {scale, scale, bias, bias} of rows 2 tig, 2 tig + 1 at cv[(j
   // ngw + gi - ga) 4 + tig] (ngw groups from ga). Every lane of the warp calls it.
   __device__ __forceinline__ void convert(const uint8_t* st, float4* cv) const {
-    const int lane = threadIdx.x % 32, spg = 1 << (w[0].group_shift - 6), ga = sa / spg, ngw = (sb - sa) / spg;
+    const int lane = threadIdx.x % 32;
     const uint8_t* scl = st + 16 * vec_row_stride(cols);
     const int region = vec_scale_region(ng);
 #pragma unroll
@@ -225,11 +224,10 @@ struct VecBlock {
   __device__ __forceinline__ void run(const VecSmem& s, const uint8_t* st, const float4* cv, int n,
                                       float (&acc)[kVecJ][2]) const {
     const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, nc = s.cols / 32;
-    const int rs = vec_row_stride(cols), spg = 1 << (w[0].group_shift - 6), ga = sa / spg, ngw = (sb - sa) / spg;
-    const int64_t gmask = (int64_t(1) << w[0].group_shift) - 1;
+    const int rs = vec_row_stride(cols), gsh = w[0].group_shift;
+    const int gmask = (1 << gsh) - 1;
     const bool has_x = g < n;
-    const __half* xh = s.hi + g * s.cols + 16 * tig;
-    const __half* xl = s.lo + g * s.cols + 16 * tig;
+    const uint4* xw = reinterpret_cast<const uint4*>(s.x + 2 * g * s.cols) + 4 * tig;  // 16 words a lane
     const uint8_t* code = st + g * rs + 8 * tig;
     float dot[kVecJ][4], sc[kVecJ][2], bi[kVecJ][2], xsum = 0.0f;
 #pragma unroll
@@ -240,20 +238,21 @@ struct VecBlock {
     }
 #pragma unroll 2
     for (int sp = sa; sp < sb; ++sp) {
-      const int64_t col = int64_t(sp) * 64;
+      const int col = sp * 64;
       if ((col & gmask) == 0) {  // a group starts: its scales and biases
-        const int gw = int(col >> w[0].group_shift) - ga;
+        const int gw = (col >> gsh) - ga;
 #pragma unroll
         for (int j = 0; j < kVecJ; ++j) {
           const float4 v = cv[(j * ngw + gw) * 4 + tig];
           sc[j][0] = v.x, sc[j][1] = v.y, bi[j][0] = v.z, bi[j][1] = v.w;
         }
       }
-      uint4 ha = make_uint4(0, 0, 0, 0), hb = ha, la = ha, lb = ha;
+      uint4 a[4] = {};  // the four MMAs' A: hi and lo words of x row g, interleaved
       if (has_x) {
-        ha = *reinterpret_cast<const uint4*>(xh + col), hb = *reinterpret_cast<const uint4*>(xh + col + 8);
-        la = *reinterpret_cast<const uint4*>(xl + col), lb = *reinterpret_cast<const uint4*>(xl + col + 8);
-        xsum += s.sums[g * nc + 2 * sp] + s.sums[g * nc + 2 * sp + 1];
+#pragma unroll
+        for (int m = 0; m < 4; ++m) a[m] = xw[col / 4 + m];
+        const float2 sum = *reinterpret_cast<const float2*>(s.sums + g * nc + 2 * sp);
+        xsum += sum.x + sum.y;
       }
 #pragma unroll
       for (int j = 0; j < kVecJ; ++j) {
@@ -261,10 +260,10 @@ struct VecBlock {
         uint32_t ba[4], bb[4];
         q4_codes(raw.x, ba);
         q4_codes(raw.y, bb);
-        mma16816(dot[j], ha.x, la.x, ha.y, la.y, ba[0], ba[1]);
-        mma16816(dot[j], ha.z, la.z, ha.w, la.w, ba[2], ba[3]);
-        mma16816(dot[j], hb.x, lb.x, hb.y, lb.y, bb[0], bb[1]);
-        mma16816(dot[j], hb.z, lb.z, hb.w, lb.w, bb[2], bb[3]);
+        mma16816(dot[j], a[0].x, a[0].y, a[0].z, a[0].w, ba[0], ba[1]);
+        mma16816(dot[j], a[1].x, a[1].y, a[1].z, a[1].w, ba[2], ba[3]);
+        mma16816(dot[j], a[2].x, a[2].y, a[2].z, a[2].w, bb[0], bb[1]);
+        mma16816(dot[j], a[3].x, a[3].y, a[3].z, a[3].w, bb[2], bb[3]);
       }
       if (((col + 64) & gmask) == 0) {  // the group ends
 #pragma unroll
@@ -323,8 +322,8 @@ __device__ __forceinline__ void vec_prologue(const VecBlock& vb, const VecSmem& 
 template <typename Rows, typename Out, typename After>
 __device__ __forceinline__ void vec_rows_loop(const VecBlock& vb, const VecSmem& s, int n, int rb0, int rb1,
                                               int stages, Rows rows, Out out, After after) {
-  for (int rb = rb0; rb < rb1; ++rb) {
-    uint8_t* st = s.stage + ((rb - rb0) % stages) * s.stage_bytes;
+  for (int rb = rb0, buf = 0; rb < rb1; ++rb, buf = buf + 1 == stages ? 0 : buf + 1) {
+    uint8_t* st = s.stage + buf * s.stage_bytes;
     cp_async_wait_all_but(stages - 1);
     __syncthreads();
     float4* cv = s.cvt + (threadIdx.x / 32) * 8 * vec_warp_groups(s.ng);
