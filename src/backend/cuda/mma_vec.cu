@@ -162,8 +162,8 @@ __device__ __forceinline__ void cp_async_wait_all_but(int newer) {
   }
 }
 
-// What a block computes: weight rows of w[0] (x's first 8 of a row block) and w[1] (its last
-// 8), and each warp's share of the columns, whole groups [64 sa, 64 sb).
+// What a block computes: a row block's first 8 weight rows from w[0] and its last 8 from w[1],
+// each warp over its share of the columns, whole groups [64 sa, 64 sb).
 struct VecBlock {
   TcView w[kVecJ];
   int cols, ng, sa, sb, ga, ngw;  // the warp's groups: ngw from ga
