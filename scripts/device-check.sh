@@ -25,6 +25,9 @@
 #               "-p 512 -n 128 -r 2")
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
+#   cuda-sass   Nsight Compute's per-instruction counters (executed, stall samples) of the 21st
+#               launch of each kernel matching SASS_KERNELS (default "gate_up_vec matvec_vec") in
+#               those tokens, summarised by scripts/sass-summary.py (CSVs under $OUT)
 # FULL=1: the full moeflux (tokenizer, server) instead of the engine-only one, with the
 # libraries the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"]).
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
@@ -113,6 +116,16 @@ PY
           grep -E "^  [A-Z]|Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued|Eligible|Hit Rate|Block Size|Grid Size|Pipe|Executed Ipc|Instructions" | head -80
       done
       ;;
+    cuda-sass)
+      q=$(synth qwen3-30b-a3b 8)
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      for kname in ${SASS_KERNELS:-gate_up_vec matvec_vec}; do
+        timeout 200 "$NCU" --clock-control none -k "regex:$kname" -s 20 -c 1 --section SourceCounters --page source \
+          --print-source sass --csv $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 3 -r 1 \
+          >"$OUT/sass-$kname.csv" 2>"$OUT/sass-$kname.err"
+        echo "$kname:"; python3 scripts/sass-summary.py "$OUT/sass-$kname.csv" --chunk 100 | head -40
+        gzip -f "$OUT/sass-$kname.csv"
+      done ;;
     serve-bench)
       [ ${#full[@]} -gt 0 ] || { echo "serve-bench: needs FULL=1 and carry/deps (scripts/carry-deps.sh, carry [\"carry/deps\"])"; continue; }
       q=$(synth qwen3-30b-a3b "${CUDA_LAYERS:-48}")
