@@ -28,7 +28,7 @@
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/launch.cuh"
-#include "backend/cuda/mma_rows.cuh"
+#include "backend/cuda/mma_common.cuh"
 
 namespace moeflux::cuda {
 
