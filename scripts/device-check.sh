@@ -23,6 +23,9 @@
 #               --moe-misses CACHE_MODES (copy cpu auto), routing skews CACHE_SKEWS (0 1); CACHE_BENCH:
 #               more bench arguments (e.g. "--alternate device_tables"); CACHE_TESTS: the tests (default
 #               "-p 512 -n 128 -r 2")
+#   cuda-alt    bench --backend cuda --alternate $ALT (a CUDA A/B switch, flipped token by token in
+#               one process) on qwen3-30b-a3b (CUDA_LAYERS of 48) and mixtral-8x7b (4 layers);
+#               CUDA_ALT_BENCH: the tests (default -p 128 -n 128 -r 3)
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 #   cuda-sass   Nsight Compute's per-instruction counters (executed, stall samples) of the 21st
@@ -90,6 +93,12 @@ for s in $steps; do
       echo "engine, GatedDeltaNet on the device: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine-gdn.log" | tr '\n' ' ')"
       MOEFLUX_CUDA_DEVICE_GDN=1 MOEFLUX_CUDA_GRAPHS=0 timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*EngineBatch*qwen3_next*' >"$OUT/cuda-engine-gdn-nographs.log" 2>&1
       echo "... and no step graphs: rc $? $(grep -E '^\[  (PASSED|FAILED)|B=[0-9]' "$OUT/cuda-engine-gdn-nographs.log" | tr '\n' ' ')" ;;
+    cuda-alt)
+      for m in "qwen3-30b-a3b ${CUDA_LAYERS:-48}" "mixtral-8x7b 4"; do
+        q=$(synth $m)
+        timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" ${CUDA_ALT_BENCH:--p 128 -n 128 -r 3} \
+          --alternate "${ALT:?cuda-alt: set ALT}" 2>&1 | tee "$OUT/cuda-alt-${m%% *}.log" | grep -E "^\| [a-z]|median|ratio"
+      done ;;
     cuda-ncu)
       q=$(synth qwen3-30b-a3b 8)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
