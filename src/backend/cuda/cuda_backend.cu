@@ -84,7 +84,6 @@ CudaBackend::CudaBackend(const CudaOptions& opt) : opt_(opt), pool_(std::make_sh
   host_ = std::make_unique<CpuBackend>();
   step_graphs_ = env_on_off("MOEFLUX_CUDA_GRAPHS", step_graphs_);
   device_gdn_ = env_on_off("MOEFLUX_CUDA_DEVICE_GDN", device_gdn_);
-  cuda::warp_rows_on() = warp_rows_ = env_on_off("MOEFLUX_CUDA_WARP_ROWS", warp_rows_);
 }
 
 CudaBackend::~CudaBackend() {
@@ -205,7 +204,6 @@ bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "step_graphs") return step_graphs_;
   if (name == "device_tables") return device_tables_;
   if (name == "tc_prefill") return tc_prefill_;
-  if (name == "warp_rows") return warp_rows_;
   if (name == "scan_insert") return scan_insert_;
   return Backend::ab_switch(name);
 }
@@ -216,7 +214,6 @@ void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   else if (name == "step_graphs") step_graphs_ = on;
   else if (name == "device_tables") device_tables_ = on;
   else if (name == "tc_prefill") tc_prefill_ = on;
-  else if (name == "warp_rows") cuda::warp_rows_on() = warp_rows_ = on;
   else if (name == "scan_insert") scan_insert_ = on;
   else Backend::set_ab_switch(name, on);
 }
@@ -313,7 +310,7 @@ void CudaBackend::matmul(std::span<const QWeight* const> ws, Act x, std::span<co
 
 void CudaBackend::mm(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys) {
   MF_ASSERT(ws.size() == ys.size());
-  if (!tc_prefill_ || T < kTcRows) return cuda::matmul(ws, x, T, ys, stream_, pool_.get());
+  if (!tc_prefill_ || T < kTcRows) return cuda::matmul(ws, x, T, ys, stream_);
   std::vector<DW> tw, rw;
   std::vector<float*> ty, ry;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -321,7 +318,7 @@ void CudaBackend::mm(std::span<const DW> ws, const float* x, int64_t T, std::spa
     (tc ? tw : rw).push_back(ws[i]), (tc ? ty : ry).push_back(ys[i]);
   }
   if (!tw.empty()) matmul_tc(tw, x, T, ty, *pool_, stream_);
-  if (!rw.empty()) cuda::matmul(rw, x, T, ry, stream_, pool_.get());
+  if (!rw.empty()) cuda::matmul(rw, x, T, ry, stream_);
 }
 
 void CudaBackend::mm(const DW& w, const float* x, int64_t T, float* y) {

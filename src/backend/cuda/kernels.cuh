@@ -42,9 +42,7 @@ int multiprocessors();
 void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s);
 // ys[i] = x ws[i]^T for weights sharing x: one launch for several of one format and width
 // (one token, rows read wide), else one each.
-// pool: scratch for the small-step kernels (null: mma_warp.cu's do not run).
-void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s,
-            DevicePool* pool = nullptr);
+void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s);
 
 // --- attention.cu ---
 struct GqaDev {
@@ -200,26 +198,12 @@ bool vec_rows(const DW& w);
 // w's group where vec_rows(w) and a tile of kTile pairs fits a block, else 0.
 int64_t vec_group(const DW& w);
 // ys[i] = x ws[i]^T, every ws[i] vec_rows with ws[0]'s cols.
-void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, DevicePool* pool,
-                cudaStream_t s);
+void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s);
 // experts_gate_up / experts_down over pt's tiles (not its tensor-core tiles), the experts'
 // views vec_rows.
 void experts_gate_up_vec(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* x, int32_t k,
-                         const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s);
+                         const PairTiles& pt, float* h, cudaStream_t s);
 void experts_down_vec(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
-                      int32_t k, float* y, DevicePool& pool, cudaStream_t s);
-
-// --- mma_warp.cu ---
-// The same over vec_rows weights with groups of at most 256 columns, in int8 on tensor cores, a
-// warp per 16 weight rows (x's rows as digits in scratch from pool); false, nothing launched,
-// where the weights' shape does not suit it (then mma_vec.cu's kernels run). warp_rows_on: the
-// A/B switch warp_rows between the two (mma_vec.cu's entry points ask it).
-bool& warp_rows_on();
-bool matmul_warp(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, DevicePool& pool,
-                 cudaStream_t s);
-bool experts_gate_up_warp(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* x, int32_t k,
-                          const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s);
-bool experts_down_warp(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* h,
-                       const PairTiles& pt, int32_t k, float* y, DevicePool& pool, cudaStream_t s);
+                      int32_t k, float* y, cudaStream_t s);
 
 }  // namespace moeflux::cuda

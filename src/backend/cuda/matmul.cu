@@ -130,8 +130,7 @@ void matmul_rows(std::span<const DW> ws, const float* x, int64_t T, std::span<fl
 
 }  // namespace
 
-void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s,
-            DevicePool* pool) {
+void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
   MF_ASSERT(ws.size() == ys.size());
   if (T >= 1 && T < kTcRows && std::any_of(ws.begin(), ws.end(), vec_rows)) {  // mma_vec.cu's share, then the rest
     std::vector<DW> vw, rw;
@@ -140,7 +139,7 @@ void matmul(std::span<const DW> ws, const float* x, int64_t T, std::span<float* 
       const bool v = vec_rows(ws[j]);
       (v ? vw : rw).push_back(ws[j]), (v ? vy : ry).push_back(ys[j]);
     }
-    matmul_vec(vw, x, T, vy, pool, s);
+    matmul_vec(vw, x, T, vy, s);
     if (!rw.empty()) matmul_rows(rw, x, T, ry, s);
     return;
   }

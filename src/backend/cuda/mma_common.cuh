@@ -1,17 +1,14 @@
-// Tensor-core building blocks of mma_rows.cu, mma_vec.cu and mma_warp.cu: x's split into f16
-// hi + lo (the same bits wherever it is done) and the row maxima splits start from, the weight
-// views a block reads, cp.async, the m16n8k16 MMA and the conversion of 4-bit codes to exact f16.
+// Tensor-core building blocks of mma_rows.cu and mma_vec.cu: x's split into f16 hi + lo (the
+// same bits wherever it is done), the weight views a block reads, cp.async, the m16n8k16 MMA and
+// the conversion of 4-bit codes to exact f16.
 #pragma once
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/dweight.cuh"
 
 namespace moeflux::cuda {
-
-__host__ __device__ constexpr size_t round16(size_t b) { return (b + 15) / 16 * 16; }
 
 // split_rows's rules, shared by every kernel that splits x (the same bits wherever it is done):
 // the exponent e of a row whose largest magnitude is m (0 for a row of zeros or with a value
@@ -69,65 +66,6 @@ __device__ __forceinline__ void max8(const float (&v)[8], float& m, bool& finite
     if (isfinite(v[i])) m = fmaxf(m, fabsf(v[i]));
     else finite = false;
   }
-}
-
-// The first pass of a split: each warp's largest magnitude of each row src(i), i < n (n <=
-// MaxRows), into mx (Warps, MaxRows; -1 where the warp saw a value not finite). Every thread of
-// a block of Warps warps calls it; it ends synchronised.
-template <int Warps, int MaxRows, typename Src>
-__device__ __forceinline__ void split_row_max(Src src, int n, int cols, float* mx) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nq = cols / 8;
-  for (int i = 0; i < n; ++i) {
-    const float* xr = src(i);
-    float m = 0.0f;
-    bool finite = true;
-    for (int q0 = 32 * warp; q0 < nq; q0 += 32 * Warps) {
-      float v[8];
-      load8(xr, q0 + lane, q0 + lane < nq, 1.0f, v);
-      max8(v, m, finite);
-    }
-    m = warp_max(m);
-    finite = __all_sync(0xffffffffu, finite);
-    if (lane == 0) mx[warp * MaxRows + i] = finite ? m : -1.0f;
-  }
-  __syncthreads();
-}
-// Row i's largest magnitude m from split_row_max's mx, and whether the row is finite.
-template <int Warps, int MaxRows>
-__device__ __forceinline__ float split_row_max_of(const float* mx, int i, bool& finite) {
-  float m = 0.0f;
-  finite = true;
-  for (int w = 0; w < Warps; ++w) {
-    const float v = mx[w * MaxRows + i];
-    if (v < 0.0f) finite = false;
-    else m = fmaxf(m, v);
-  }
-  return m;
-}
-
-// Rows src(i), i < n (n <= MaxRows), of x split into s with split_rows's bits (mma_rows.cuh):
-// e from the row's largest magnitude into s.inv[i] as 2^-e, hi and lo of x * 2^e interleaved in
-// s.x (rows of 2 s.cols halves) and each 32 columns' sum in s.sums; s.mx holds (Warps,
-// MaxRows) floats. A lane takes 8 columns, a warp every Warps-th 256. Every thread of a block of
-// Warps warps calls it; it ends synchronised.
-template <int Warps, int MaxRows, typename S, typename Src>
-__device__ __forceinline__ void split_block(Src src, int n, const S& s) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, cols = s.cols, nq = cols / 8;
-  split_row_max<Warps, MaxRows>(src, n, cols, s.mx);
-  for (int i = 0; i < n; ++i) {
-    bool finite = true;
-    const float m = split_row_max_of<Warps, MaxRows>(s.mx, i, finite);
-    const int e = split_exponent(m, finite);
-    if (threadIdx.x == 0) s.inv[i] = pow2f(-e);
-    const float* xr = src(i);
-    for (int q0 = 32 * warp; q0 < nq; q0 += 32 * Warps) {
-      float v[8];
-      const bool ok = q0 + lane < nq;
-      load8(xr, q0 + lane, ok, pow2f(e), v);
-      split_store8<true>(v, q0 + lane, ok, s.x + 2 * i * cols, nullptr, s.sums + i * (cols / 32));
-    }
-  }
-  __syncthreads();
 }
 
 // What the tile reads of a weight (DW's fields, held in registers).

@@ -39,6 +39,7 @@ constexpr int kVecWarps = 8, kVecThreads = 32 * kVecWarps, kVecJ = 2, kMaxStages
 // a block may take.
 constexpr size_t kVecTwoPerSm = 112 * 1024, kVecSmemMax = 227 * 1024;
 
+__host__ __device__ constexpr size_t round16(size_t b) { return (b + 15) / 16 * 16; }
 // Bytes of a staged weight row: its cols / 2 bytes of codes, padded so that consecutive rows
 // start 8 banks apart (a warp's 8-byte reads of 8 rows then meet no conflict).
 __host__ __device__ constexpr int vec_row_stride(int64_t cols) {
@@ -88,6 +89,47 @@ __device__ __forceinline__ VecSmem carve(uint8_t* smem, int n, int cols, int ng,
   s.x = reinterpret_cast<__half*>(p);
   s.cols = cols, s.ng = ng;
   return s;
+}
+
+// Rows src(i), i < n, of x split into s with split_rows's bits (mma_rows.cuh): e from the row's
+// largest magnitude, hi and lo of x * 2^e and each 32 columns' sum. A lane takes 8 columns, a
+// warp every kVecWarps-th 256. Every thread calls it; it ends synchronised.
+template <typename Src>
+__device__ __forceinline__ void split_block(Src src, int n, const VecSmem& s) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, cols = s.cols, nq = cols / 8;
+  for (int i = 0; i < n; ++i) {
+    const float* xr = src(i);
+    float m = 0.0f;
+    bool finite = true;
+    for (int q0 = 32 * warp; q0 < nq; q0 += kVecThreads) {
+      float v[8];
+      load8(xr, q0 + lane, q0 + lane < nq, 1.0f, v);
+      max8(v, m, finite);
+    }
+    m = warp_max(m);
+    finite = __all_sync(0xffffffffu, finite);
+    if (lane == 0) s.mx[warp * kVecRows + i] = finite ? m : -1.0f;
+  }
+  __syncthreads();
+  for (int i = 0; i < n; ++i) {
+    float m = 0.0f;
+    bool finite = true;
+    for (int w = 0; w < kVecWarps; ++w) {
+      const float v = s.mx[w * kVecRows + i];
+      if (v < 0.0f) finite = false;
+      else m = fmaxf(m, v);
+    }
+    const int e = split_exponent(m, finite);
+    if (threadIdx.x == 0) s.inv[i] = pow2f(-e);
+    const float* xr = src(i);
+    for (int q0 = 32 * warp; q0 < nq; q0 += kVecThreads) {
+      float v[8];
+      const bool ok = q0 + lane < nq;
+      load8(xr, q0 + lane, ok, pow2f(e), v);
+      split_store8<true>(v, q0 + lane, ok, s.x + 2 * i * cols, nullptr, s.sums + i * (cols / 32));
+    }
+  }
+  __syncthreads();
 }
 
 // Threads t of nt (those of the block with threadIdx.x % nt == t): bytes [0, bytes) of src
@@ -316,7 +358,7 @@ __global__ void __launch_bounds__(kVecThreads, 2)
   const auto rows = [](int rb, int64_t& r0, int64_t& r1) { r0 = 16 * int64_t(rb), r1 = r0 + 8; };
   vec_prologue(vb, s, rb0, rb1, stages, rows);
   await_previous();
-  split_block<kVecWarps, kVecRows>([&](int i) { return x + int64_t(i) * cols; }, n, s);
+  split_block([&](int i) { return x + int64_t(i) * cols; }, n, s);
   vec_rows_loop(
       vb, s, n, rb0, rb1, stages, rows,
       [&](int rb, int j, int t, int q, float v) {
@@ -343,7 +385,7 @@ __global__ void __launch_bounds__(kVecThreads, 2)
   const VecSmem s = carve(smem, n, dim, vb.ng, stages);
   const auto rows = [](int rb, int64_t& r0, int64_t& r1) { r0 = r1 = 8 * int64_t(rb); };
   vec_prologue(vb, s, rb0, rb1, stages, rows);
-  split_block<kVecWarps, kVecRows>([&](int i) { return x + int64_t(sorted[first + i] / k) * dim; }, n, s);
+  split_block([&](int i) { return x + int64_t(sorted[first + i] / k) * dim; }, n, s);
   vec_rows_loop(
       vb, s, n, rb0, rb1, stages, rows, [&](int, int j, int t, int q, float v) { gu[j][t * 8 + q] = v * s.inv[t]; },
       [&](int rb) {
@@ -372,7 +414,7 @@ __global__ void __launch_bounds__(kVecThreads, 2)
   const VecSmem s = carve(smem, n, hidden, vb.ng, stages);
   const auto rows = [](int rb, int64_t& r0, int64_t& r1) { r0 = 16 * int64_t(rb), r1 = r0 + 8; };
   vec_prologue(vb, s, rb0, rb1, stages, rows);
-  split_block<kVecWarps, kVecRows>([&](int i) { return h + int64_t(sorted[first + i]) * hidden; }, n, s);
+  split_block([&](int i) { return h + int64_t(sorted[first + i]) * hidden; }, n, s);
   vec_rows_loop(
       vb, s, n, rb0, rb1, stages, rows,
       [&](int rb, int j, int t, int q, float v) {
@@ -436,17 +478,15 @@ bool vec_rows(const DW& w) {
 
 int64_t vec_group(const DW& w) { return vec_rows(w) && vec_rows_fit(w.cols, w.group) >= kTile ? w.group : 0; }
 
-void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, DevicePool* pool,
-                cudaStream_t s) {
+void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, cudaStream_t s) {
   MF_ASSERT(ws.size() == ys.size() && T >= 1 && !ws.empty());
-  if (pool && warp_rows_on() && matmul_warp(ws, x, T, ys, *pool, s)) return;
   const int64_t fit = vec_rows_fit(ws[0].cols, ws[0].group);
   MF_ASSERT(fit > 0);
   if (T > fit) {  // fit rows of x at a time
     std::vector<float*> part(ys.size());
     for (int64_t t0 = 0; t0 < T; t0 += fit) {
       for (size_t j = 0; j < ys.size(); ++j) part[j] = ys[j] + t0 * ws[j].rows;
-      matmul_vec(ws, x + t0 * ws[0].cols, std::min<int64_t>(fit, T - t0), part, nullptr, s);
+      matmul_vec(ws, x + t0 * ws[0].cols, std::min<int64_t>(fit, T - t0), part, s);
     }
     return;
   }
@@ -476,8 +516,7 @@ void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<flo
 }
 
 void experts_gate_up_vec(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* x, int32_t k,
-                         const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s) {
-  if (warp_rows_on() && experts_gate_up_warp(table, group, hidden, dim, x, k, pt, h, pool, s)) return;
+                         const PairTiles& pt, float* h, cudaStream_t s) {
   const int n = int(std::min<int64_t>(kTile, pt.pairs / k));
   const size_t gu = sizeof(float) * kVecJ * 64;
   const TileGrid g = tile_grid((hidden + 7) / 8, pt, n, dim, group, gu);
@@ -488,8 +527,7 @@ void experts_gate_up_vec(const DW* table, int64_t group, int64_t hidden, int64_t
 }
 
 void experts_down_vec(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
-                      int32_t k, float* y, DevicePool& pool, cudaStream_t s) {
-  if (warp_rows_on() && experts_down_warp(table, group, hidden, dim, h, pt, k, y, pool, s)) return;
+                      int32_t k, float* y, cudaStream_t s) {
   const int n = int(std::min<int64_t>(kTile, pt.pairs / k));
   const TileGrid g = tile_grid((dim + 15) / 16, pt, n, hidden, group, 0);
   const size_t smem = vec_smem_bytes(n, hidden, group, g.stages);

@@ -374,7 +374,7 @@ void group_pairs(const int32_t* ids, int64_t pairs, int32_t n_experts, int32_t t
 
 void experts_gate_up(const DW* table, int fmt, bool wide, int64_t vec, int64_t hidden, int64_t dim, const float* x,
                      int32_t k, const PairTiles& pt, float* h, DevicePool& pool, cudaStream_t s) {
-  if (vec) experts_gate_up_vec(table, vec, hidden, dim, x, k, pt, h, pool, s);
+  if (vec) experts_gate_up_vec(table, vec, hidden, dim, x, k, pt, h, s);
   else with_fmt_wide(fmt, wide, [&](auto f, auto w) {
     const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value, kGateUpRows>;
     const dim3 grid(unsigned((hidden + per_block - 1) / per_block), unsigned(pt.tiles_max));
@@ -386,7 +386,7 @@ void experts_gate_up(const DW* table, int fmt, bool wide, int64_t vec, int64_t h
 
 void experts_down(const DW* table, int fmt, bool wide, int64_t vec, int64_t hidden, int64_t dim, const float* h,
                   int32_t k, const PairTiles& pt, float* y, DevicePool& pool, cudaStream_t s) {
-  if (vec) experts_down_vec(table, vec, hidden, dim, h, pt, k, y, pool, s);
+  if (vec) experts_down_vec(table, vec, hidden, dim, h, pt, k, y, s);
   else with_fmt_wide(fmt, wide, [&](auto f, auto w) {
     const int64_t per_block = kRowsPerBlock * kWarpRows<decltype(w)::value, kDownRows>;
     const dim3 grid(unsigned((dim + per_block - 1) / per_block), unsigned(pt.tiles_max));
