@@ -132,7 +132,8 @@ PY
         timeout 200 "$NCU" --clock-control none -k "regex:$kname" -s 20 -c 1 --section SourceCounters --page source \
           --print-source sass --csv $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 3 -r 1 \
           >"$OUT/sass-$kname.csv" 2>"$OUT/sass-$kname.err"
-        echo "$kname:"; python3 scripts/sass-summary.py "$OUT/sass-$kname.csv" --chunk 100 | head -40
+        python3 scripts/sass-summary.py "$OUT/sass-$kname.csv" --chunk 100 --hot >"$OUT/sass-$kname.txt" 2>&1
+        echo "$kname:"; head -60 "$OUT/sass-$kname.txt"
         gzip -f "$OUT/sass-$kname.csv"
       done ;;
     serve-bench)

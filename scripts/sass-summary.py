@@ -4,10 +4,11 @@
 Input: the CSV of `ncu --section SourceCounters --page source --print-source sass --csv`
 (scripts/device-check.sh, step cuda-sass). Prints the warp instructions executed in all, the
 stall reasons sampled, and the SASS in chunks of N lines with each chunk's executed
-instructions, samples and commonest opcodes, then (--lines M) every line executed at least M
+instructions, samples and commonest opcodes (--hot: only the chunks that ran, e.g. without a
+template's instances the launch did not take), then (--lines M) every line executed at least M
 times: where a kernel's instructions go without a disassembler on this machine.
 
-Usage: sass-summary.py FILE.csv [--chunk 40] [--lines MIN]
+Usage: sass-summary.py FILE.csv [--chunk 40] [--hot] [--lines MIN]
 """
 import argparse
 import collections
@@ -41,6 +42,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--chunk", type=int, default=40)
+    ap.add_argument("--hot", action="store_true")
     ap.add_argument("--lines", type=int, default=None)
     a = ap.parse_args()
     h, data = rows_of(a.csv)
@@ -57,6 +59,8 @@ def main():
         ch = data[a0:a0 + a.chunk]
         ops = collections.Counter(opcode(r[src]) for r in ch)
         e = sum(number(r, ex) for r in ch)
+        if a.hot and e == 0 and sum(number(r, smp) for r in ch) == 0:
+            continue
         print(f"{a0:5d} {e:10d} {100.0 * e / max(total, 1):5.1f}% samples {sum(number(r, smp) for r in ch):5d}  "
               + " ".join(f"{k}:{v}" for k, v in ops.most_common(6)))
     if a.lines is not None:
