@@ -58,10 +58,10 @@ def main():
     for a0 in range(0, len(data), a.chunk):
         ch = data[a0:a0 + a.chunk]
         ops = collections.Counter(opcode(r[src]) for r in ch)
-        e = sum(number(r, ex) for r in ch)
-        if a.hot and e == 0 and sum(number(r, smp) for r in ch) == 0:
+        e, samples = sum(number(r, ex) for r in ch), sum(number(r, smp) for r in ch)
+        if a.hot and e == 0 and samples == 0:
             continue
-        print(f"{a0:5d} {e:10d} {100.0 * e / max(total, 1):5.1f}% samples {sum(number(r, smp) for r in ch):5d}  "
+        print(f"{a0:5d} {e:10d} {100.0 * e / max(total, 1):5.1f}% samples {samples:5d}  "
               + " ".join(f"{k}:{v}" for k, v in ops.most_common(6)))
     if a.lines is not None:
         for k, r in enumerate(data):

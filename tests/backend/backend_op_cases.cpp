@@ -223,7 +223,7 @@ void add_matmuls(std::vector<OpCase>& cases) {
       cases.push_back(matmul_case(f.name() + "_67x" + std::to_string(cols), {{f, 67}}, cols, T));
     }
   // Sizes where the CPU splits rows over threads and reads rows side by side (tails of 1-3 rows);
-// 11 rows of x: more than the GPU's small-step kernels take a launch.
+  // 11 rows of x: more than the GPU's small-step kernels take a launch.
   for (const WSpec& f : {affine(4, 64), affine(8, 128), affine(4, 32), dense(DType::BF16)})
     for (int64_t T : {1, 3, 11}) cases.push_back(matmul_case(f.name() + "_513x2048", {{f, 513}}, 2048, T));
   // Several weights over one x: one layout (q / k / v), and mixed layouts.
