@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "backend/ref/linear_attn.h"
@@ -38,6 +40,44 @@ std::string Backend::fact(const std::string& key) const {
 bool Backend::ab_switch(const std::string& name) const { fail(this->name(), " backend: no A/B switch named ", name); }
 
 void Backend::set_ab_switch(const std::string& name, bool) { fail(this->name(), " backend: no A/B switch named ", name); }
+
+uint64_t logit_order_key(float v, int32_t id) {
+  uint32_t u = 0;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) == 0) u = 0;  // -0 as +0
+  const uint32_t k = (u & 0x7fffffffu) > 0x7f800000u ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return uint64_t(k) << 32 | (0xffffffffu - uint32_t(id));
+}
+
+void top_logits_host(const float* row, int64_t V, int64_t n, float* vals, int32_t* ids) {
+  MF_ASSERT(n >= 1 && n <= V);
+  std::vector<uint64_t> key(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) key[size_t(i)] = logit_order_key(row[i], int32_t(i));
+  std::partial_sort(key.begin(), key.begin() + n, key.end(), std::greater<>());
+  for (int64_t i = 0; i < n; ++i) ids[i] = int32_t(0xffffffffu - uint32_t(key[size_t(i)])), vals[i] = row[ids[i]];
+}
+
+void Backend::logits_top(const QWeight& head, Act x, int64_t n, int pass, float* vals, int32_t* ids) {
+  MF_ASSERT(pass >= 0 && n >= 1 && n <= head.rows);
+  if (kept_.size() <= size_t(pass)) kept_.resize(size_t(pass) + 1);
+  KeptPass& k = kept_[size_t(pass)];
+  k.rows = x.rows, k.cols = head.rows;
+  k.logits.resize(size_t(k.rows * k.cols));
+  logits(head, x, k.logits.data());
+  for (int64_t r = 0; r < k.rows; ++r) top_logits_host(k.logits.data() + r * k.cols, k.cols, n, vals + r * n, ids + r * n);
+}
+
+void Backend::kept_logits(int pass, int64_t row, std::span<const int32_t> ids, float* out) {
+  if (pass < 0 || size_t(pass) >= kept_.size() || row < 0 || row >= kept_[size_t(pass)].rows)
+    fail("kept_logits: no row ", row, " of a kept head pass ", pass);
+  const KeptPass& k = kept_[size_t(pass)];
+  const float* r = k.logits.data() + row * k.cols;
+  if (ids.empty()) return void(std::copy(r, r + k.cols, out));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= k.cols) fail("kept_logits: token ", ids[i], " outside the head's ", k.cols, " rows");
+    out[i] = r[ids[i]];
+  }
+}
 
 void GdnState::clear() {
   std::fill(conv.begin(), conv.end(), 0.0f);

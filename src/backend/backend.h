@@ -138,6 +138,27 @@ class Backend {
   virtual void moe(const MoeSpec& m, Act x, Act out) = 0;
   // logits (T, head.rows) in host memory = x (T, dim) head^T.
   virtual void logits(const QWeight& head, Act x, float* logits) = 0;
+  // A head pass whose logits stay with the backend, for a sampler that reads few of them: the
+  // n (1 .. head.rows) largest logits of each row of x (T, dim) head^T into vals and ids (T, n)
+  // in host memory, each row's in logit_order_key's order. The pass is kept as number `pass` (replacing
+  // the one of that number) at least until the next step begins. Default: logits() on the host.
+  virtual void logits_top(const QWeight& head, Act x, int64_t n, int pass, float* vals, int32_t* ids);
+  // Logits of row `row` of kept pass `pass` in host memory: out[i] that of token ids[i], or with
+  // no ids the whole row (head.rows floats). Error for a pass or row not kept.
+  virtual void kept_logits(int pass, int64_t row, std::span<const int32_t> ids, float* out);
+
+ private:
+  struct KeptPass {
+    std::vector<float> logits;  // (rows, cols)
+    int64_t rows = 0, cols = 0;
+  };
+  std::vector<KeptPass> kept_;  // the default logits_top's passes
 };
+
+// The order of logits a top list follows: larger first, equal ones (+0 and -0 too) by the
+// lower id, NaN after every number. Its 64-bit key (larger: earlier), unique for ids < 2^32.
+uint64_t logit_order_key(float v, int32_t id);
+// The n largest of row (V logits) in logit_order into vals and ids (n <= V).
+void top_logits_host(const float* row, int64_t V, int64_t n, float* vals, int32_t* ids);
 
 }  // namespace moeflux

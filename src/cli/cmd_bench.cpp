@@ -9,6 +9,9 @@
 // --alternate NAME measures each test with the tuning switch NAME (backend/cpu/tuning_switch.h) as set
 // and flipped, in alternation (decode token by token, prefill run by run): two rows, and the
 // paired steps' ratios, which a noisy machine disturbs less than runs in separate processes.
+// --top-logits N: the steps leave the logits on the backend and bring each sequence's N largest
+// to the host (what the samplers of run, chat and serve ask for: top-k 40 takes 56), instead of
+// every logit.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,7 +37,7 @@ namespace moeflux::cli {
 namespace {
 struct BenchArgs {
   std::string model;
-  int pp = 512, tg = 128, reps = 5, depth = 0;
+  int pp = 512, tg = 128, reps = 5, depth = 0, top_logits = 0;
   std::vector<int> seqs;  // --seqs: decode this many sequences together (aggregate t/s)
   bool json = false, profile = false, phases = false;
   std::string alternate;
@@ -106,6 +109,10 @@ Runner register_bench(CLI::App& app) {
                   "each, with the aggregate t/s of all S sequences")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
+  sub->add_option("--top-logits", a->top_logits,
+                  "Bring only the N largest logits of each sequence's last row to the host (the rest stay on the "
+                  "backend), as the samplers of run, chat and serve do (0: every logit)")
+      ->check(CLI::Range(0, 1 << 20));
   add_stream_options(sub, a->stream);
   return [a]() {
     a->compute.apply();
@@ -160,8 +167,11 @@ Runner register_bench(CLI::App& app) {
     auto seq = engine.new_sequence();
     Sequence& s = *seq;
     // One sequence's tokens through the engine (the single-sequence forward).
+    std::vector<TopLogits> tops(1 + size_t(std::max(0, a->seqs.empty() ? 0 : *std::max_element(a->seqs.begin(), a->seqs.end()))));
+    for (TopLogits& t : tops) t.n = a->top_logits;
+    auto opts = [&](size_t i) { return ForwardOptions{.all_logits = false, .top = a->top_logits > 0 ? &tops[i] : nullptr}; };
     auto forward = [&](std::span<const int32_t> ids) {
-      const StepItem item{&s, ids, {.all_logits = false}};
+      const StepItem item{&s, ids, opts(0)};
       engine.step({&item, 1});
     };
     // One test: reps + 1 runs from an empty context (or -d tokens of it), the first a warm-up;
@@ -273,7 +283,7 @@ Runner register_bench(CLI::App& app) {
                  },
                  [&](int) {
                    for (int i = 0; i < n_seq; ++i)
-                     ids[size_t(i)] = tok(rng), items[size_t(i)] = StepItem{many[size_t(i)].get(), {&ids[size_t(i)], 1}, {.all_logits = false}};
+                     ids[size_t(i)] = tok(rng), items[size_t(i)] = StepItem{many[size_t(i)].get(), {&ids[size_t(i)], 1}, opts(size_t(i))};
                    engine.step(items);
                  })) {
           row.gbs = 0;  // the bytes a step reads depend on how the sequences' experts overlap

@@ -161,7 +161,11 @@ bool Batcher::step() {
              s.generated > 0 ? "" : "the prompt does not fit the model's context");
       continue;
     }
-    items.push_back(StepItem{s.seq.get(), ids, {.all_logits = false}});
+    // The logits come whole where the request reports log-probabilities; else the sampler's
+    // shortlist, when it takes one (the rest stay on the backend).
+    const bool sampled = s.fed + ids.size() >= s.req->prompt.size();
+    s.top.n = sampled && s.req->logprobs < 0 ? s.sampler->shortlist(s.history, engine_.model().cfg.vocab_size) : 0;
+    items.push_back(StepItem{s.seq.get(), ids, {.all_logits = false, .top = s.top.n > 0 ? &s.top : nullptr}});
     in_step.push_back(&s);
   }
   if (items.empty()) return false;
@@ -185,7 +189,9 @@ bool Batcher::step() {
     }
     std::vector<float> raw;  // the logits before the sampler transforms them in place
     if (s.req->logprobs >= 0) raw = logits[i];
-    const int32_t tok = s.sampler->sample(logits[i], s.history);
+    const auto read = [&](std::span<const int32_t> ids, float* out) { engine_.kept_logits(s.top, ids, out); };
+    const int32_t tok = s.top.n > 0 ? s.sampler->sample_top(s.top.vals, s.top.ids, read, s.history, engine_.model().cfg.vocab_size)
+                                    : s.sampler->sample(logits[i], s.history);
     if (std::find(s.req->stop_ids.begin(), s.req->stop_ids.end(), tok) != s.req->stop_ids.end()) {
       finish(s, FinishReason::Stop);
       continue;

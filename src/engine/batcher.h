@@ -112,6 +112,7 @@ class Batcher {
     std::vector<int32_t> history;   // prompt + generated, for the penalties
     std::vector<int32_t> pending;   // the sampled token to feed next (decode)
     int64_t generated = 0;
+    TopLogits top;                  // the step's shortlist of logits (top.n 0: the whole row)
   };
   void admit();
   // Puts r into a free slot, continuing the longest state that serves its prompt.

@@ -35,6 +35,8 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepItem> items) {
       if (it.ids[i] < 0 || it.ids[i] >= c.vocab_size)
         fail("token id ", it.ids[i], " at index ", i, " is outside the vocabulary [0, ", c.vocab_size, ")");
     if (pos0 + T > c.max_seq_len) fail("context of ", pos0 + T, " tokens exceeds max_position_embeddings ", c.max_seq_len);
+    if (it.opt.top && (it.opt.all_logits || it.opt.top->n < 1))
+      fail("step: top logits need n >= 1 and only the last position's logits, got n = ", it.opt.top->n);
   }
   for (const StepItem& it : items) {
     Sequence& s = *it.seq;
@@ -136,9 +138,32 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
   for (size_t i = 0; i < items.size(); ++i) first[i] = items[i].opt.all_logits ? at[i] : at[i + 1] - 1;
   PhaseTimer pt("lm_head");
   std::vector<float>& rows = head_rows_;
+  int pass = 0;
   for (size_t i0 = 0, i1; i0 < items.size(); i0 = i1) {
     for (i1 = i0 + 1; i1 < items.size() && first[i1] == at[i1];) ++i1;  // item i1's rows follow on
     const int64_t n = at[i1] - first[i0];
+    int64_t top = 0;
+    for (size_t i = i0; i < i1; ++i)
+      if (items[i].opt.top) top = std::max(top, std::min(items[i].opt.top->n, V));
+    if (top > 0) {  // the pass stays on the backend; items without a TopLogits read their rows
+      std::vector<float> vals(size_t(n * top));
+      std::vector<int32_t> tids(size_t(n * top));
+      be.logits_top(m_.lm_head, x.rows_at(first[i0], n), top, pass, vals.data(), tids.data());
+      for (size_t i = i0; i < i1; ++i) {
+        const int64_t r = first[i] - first[i0];
+        if (TopLogits* t = items[i].opt.top) {
+          const size_t k = size_t(std::min(t->n, V));
+          t->vals.assign(vals.begin() + r * top, vals.begin() + r * top + k);
+          t->ids.assign(tids.begin() + r * top, tids.begin() + r * top + k);
+          t->pass = pass, t->row = r;
+          continue;
+        }
+        out[i].resize(size_t((at[i + 1] - first[i]) * V));
+        for (int64_t j = 0; j < at[i + 1] - first[i]; ++j) be.kept_logits(pass, r + j, {}, out[i].data() + j * V);
+      }
+      ++pass;
+      continue;
+    }
     if (i1 == i0 + 1) {  // straight into the item's logits
       out[i0].resize(size_t(n * V));
       be.logits(m_.lm_head, x.rows_at(first[i0], n), out[i0].data());
@@ -153,6 +178,10 @@ std::vector<std::vector<float>> Engine::run(std::span<const StepItem> items) {
   for (const StepItem& it : items) it.seq->tokens_.insert(it.seq->tokens_.end(), it.ids.begin(), it.ids.end());
   end_step.ok = true;
   return out;
+}
+
+void Engine::kept_logits(const TopLogits& t, std::span<const int32_t> ids, float* out) const {
+  m_.backend->kept_logits(t.pass, t.row, ids, out);
 }
 
 int32_t argmax(std::span<const float> logits) {

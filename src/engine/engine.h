@@ -68,10 +68,21 @@ int64_t reusable_prefix(std::span<const int32_t> held, std::span<const int64_t> 
 int64_t reusable_prefix(std::span<const int32_t> held, std::span<const int64_t> marks, bool recurrent,
                         std::span<const int32_t> prompt, size_t at_most);
 
+// An item's last logits left on the backend but for the n largest (a sampler's shortlist).
+struct TopLogits {
+  int64_t n = 0;              // in: how many come to the host (>= 1; more than the vocabulary: all)
+  std::vector<float> vals;    // out: the largest logits, in logit_order_key's order
+  std::vector<int32_t> ids;   // out: their tokens
+  int pass = -1;              // out: where the backend keeps the row (Engine::kept_logits)
+  int64_t row = -1;
+};
+
 struct ForwardOptions {
   bool all_logits = true;                // false: only the last position's logits
   std::vector<float>* hidden = nullptr;  // if set: (n_layers + 1, T, dim) as transformers'
                                          // output_hidden_states (last entry after final norm)
+  TopLogits* top = nullptr;              // if set (with !all_logits): the step returns no logits
+                                         // for the item but fills *top
 };
 
 // One sequence's part of a step.
@@ -97,6 +108,9 @@ class Engine {
   // error during the pass (an expert that cannot be read) leaves each sequence's tokens
   // unchanged: its next step first rebuilds its state from them.
   std::vector<std::vector<float>> step(std::span<const StepItem> items);
+  // After a step, until the next: logits of a TopLogits item's row, out[i] that of token
+  // ids[i], or with no ids all vocab_size of them.
+  void kept_logits(const TopLogits& t, std::span<const int32_t> ids, float* out) const;
 
  private:
   std::vector<std::vector<float>> run(std::span<const StepItem> items);

@@ -25,6 +25,8 @@ class Session {
     const StepItem item{seq_.get(), ids, opt};
     return std::move(engine_.step({&item, 1})[0]);
   }
+  // Engine::kept_logits of the last forward's TopLogits.
+  void kept_logits(const TopLogits& t, std::span<const int32_t> ids, float* out) const { engine_.kept_logits(t, ids, out); }
 
  private:
   Engine engine_;

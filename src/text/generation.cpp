@@ -37,19 +37,28 @@ GenerateStats generate_text(Session& s, const Tokenizer& tok, std::span<const in
   GenerateStats st;
   st.prompt_tokens = int64_t(prompt.size());
   const auto t0 = Clock::now();
+  Sampler sampler(opt.sampling);
+  const int64_t V = s.model().cfg.vocab_size;
   std::vector<float> logits;
+  TopLogits top;  // the sampler's shortlist of the logits (top.n 0: logits holds the row)
+  const auto forward = [&](std::span<const int32_t> ids) {
+    std::vector<int32_t> history(s.tokens());
+    history.insert(history.end(), ids.begin(), ids.end());
+    top.n = sampler.shortlist(history, V);
+    logits = s.forward(ids, {.all_logits = false, .top = top.n > 0 ? &top : nullptr});
+  };
+  const auto read = [&](std::span<const int32_t> ids, float* out) { s.kept_logits(top, ids, out); };
   if (!prompt.empty()) {
     if (s.pos() + int64_t(prompt.size()) >= s.model().cfg.max_seq_len)
       fail("prompt of ", prompt.size(), " tokens (", s.pos() + int64_t(prompt.size()),
            " with the conversation so far) does not fit the model's context of ", s.model().cfg.max_seq_len, " tokens");
-    logits = s.forward(prompt, {.all_logits = false});
+    forward(prompt);
     st.prefilled_tokens = int64_t(prompt.size());
   } else {
     fail("generate_text: empty prompt");
   }
   st.prefill_s = since(t0);
   if (opt.on_prefilled) opt.on_prefilled();
-  Sampler sampler(opt.sampling);
   StreamDecoder dec(tok, /*skip_special_tokens=*/false);
   std::string pending;  // decoded text not yet emitted (may hold the start of a stop string)
   auto emit = [&](size_t n) {
@@ -62,7 +71,7 @@ GenerateStats generate_text(Session& s, const Tokenizer& tok, std::span<const in
   const auto t_dec = Clock::now();
   st.stop_reason = "length";
   for (int i = 0; i < opt.max_tokens; ++i) {
-    int32_t next = sampler.sample(logits, s.tokens());
+    const int32_t next = top.n > 0 ? sampler.sample_top(top.vals, top.ids, read, s.tokens(), V) : sampler.sample(logits, s.tokens());
     if (i == 0) st.ttft_s = since(t0);
     st.tokens.push_back(next);
     ++st.generated_tokens;
@@ -93,7 +102,7 @@ GenerateStats generate_text(Session& s, const Tokenizer& tok, std::span<const in
       st.stop_reason = "context";
       break;
     }
-    logits = s.forward(std::span<const int32_t>(&next, 1), {.all_logits = false});
+    forward(std::span<const int32_t>(&next, 1));
   }
   if (st.stop_reason != "stop") {
     pending += dec.finish();

@@ -6,7 +6,8 @@
 // tokens, on every fixture architecture, the demo model and the demo model streaming its
 // experts through a small cache, on the cpu, ref and cuda backends (cuda where a GPU is usable). Sequence::save / restore: a
 // restored sequence (fresh, or rewound) continues exactly as the original; a snapshot of
-// another shape is refused. Engine::step's errors leave every state unchanged.
+// another shape is refused. Engine::step's errors leave every state unchanged. Items that keep
+// their logits on the backend (TopLogits) get lists of their rows' largest.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -231,6 +232,61 @@ TEST_P(EngineBatch, EachSequenceGetsWhatItGetsAlone) {
     }
     std::printf("[ %s, %s ] B=%zu: %d steps; batched vs alone logits: rel L2 %.3g, worst row %.3g\n", name.c_str(),
                 GetParam().backend.c_str(), B, steps, worst_l2, worst_row);
+  }
+}
+
+// Items that keep their logits on the backend (TopLogits) beside items that take them whole, in
+// prefill steps (a head pass each) and decode steps (one pass for all): each list is the largest
+// of its kept row in logit_order_key's order, the kept row is the one a plain step gives the
+// sequence, and the greedy tokens of the lists are those of the whole rows.
+TEST_P(EngineBatch, TopLogitsAreTheLargestOfTheirKeptRows) {
+  SKIP_UNUSABLE_BACKEND();
+  const std::string& name = GetParam().model;
+  auto m = load(name, GetParam().backend);
+  const int64_t V = m->cfg.vocab_size;
+  const std::vector<Plan> ps = plans(base_ids(name, *m));
+  Engine listed(*m), plain(*m);
+  const std::vector<int64_t> n{6, 0, 1};  // 0: the whole row
+  std::vector<std::unique_ptr<Sequence>> a, b;
+  for (size_t i = 0; i < n.size(); ++i) a.push_back(listed.new_sequence()), b.push_back(plain.new_sequence());
+  std::vector<TopLogits> top(n.size());
+  std::vector<std::vector<int32_t>> feed(n.size());
+  for (size_t i = 0; i < n.size(); ++i) feed[i] = ps[i].prompt;
+  for (int step = 0; step < 5; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    std::vector<StepItem> ia, ib;
+    for (size_t i = 0; i < n.size(); ++i) {
+      top[i].n = n[i];
+      ia.push_back(StepItem{a[i].get(), feed[i], {.all_logits = false, .top = n[i] ? &top[i] : nullptr}});
+      ib.push_back(StepItem{b[i].get(), feed[i], {.all_logits = false}});
+    }
+    const auto got = listed.step(ia);
+    const auto want = plain.step(ib);
+    for (size_t i = 0; i < n.size(); ++i) {
+      SCOPED_TRACE("sequence " + std::to_string(i));
+      ASSERT_EQ(want[i].size(), size_t(V));
+      int32_t tok = argmax(want[i]);
+      if (n[i] == 0) {
+        ASSERT_EQ(got[i].size(), size_t(V));
+        EXPECT_LE(worst_row_rel(got[i], want[i], 1), kRowTol);
+      } else {
+        EXPECT_TRUE(got[i].empty());
+        ASSERT_EQ(top[i].ids.size(), size_t(n[i]));
+        std::vector<float> row(static_cast<size_t>(V)), vals(static_cast<size_t>(n[i]));
+        std::vector<int32_t> ids(static_cast<size_t>(n[i]));
+        listed.kept_logits(top[i], {}, row.data());
+        EXPECT_LE(worst_row_rel(row, want[i], 1), kRowTol);
+        top_logits_host(row.data(), V, n[i], vals.data(), ids.data());
+        EXPECT_EQ(top[i].ids, ids);
+        EXPECT_EQ(test::first_difference(top[i].vals, vals), -1);
+        std::vector<float> picked(2);
+        const std::vector<int32_t> pick{ids.back(), int32_t(V - 1)};
+        listed.kept_logits(top[i], pick, picked.data());
+        EXPECT_EQ(test::first_difference(picked, {row[size_t(pick[0])], row[size_t(pick[1])]}), -1);
+        EXPECT_EQ(top[i].ids[0], tok) << "greedy";
+      }
+      feed[i].assign(1, tok);
+    }
   }
 }
 

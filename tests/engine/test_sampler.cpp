@@ -1,10 +1,15 @@
 // Sampling: parameter validation, determinism per seed, greedy == temperature 0 == top-k 1,
-// empirical frequencies against the softmax, the nucleus / min-p cut-offs, penalty formulas.
+// empirical frequencies against the softmax, the nucleus / min-p cut-offs, penalty formulas;
+// sampling from a shortlist (a row's largest logits, the rest read on demand) draws the tokens
+// sampling from the whole row draws, for every kind of parameters, reading the whole row only
+// where the shortlist cannot decide (ties at its end).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
+#include <random>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "engine/sampler.h"
 
@@ -146,6 +151,117 @@ TEST(Sampler, LogitBias) {
   EXPECT_THROW(p.validate(), Error);
   p.logit_bias = {{1, NAN}};
   EXPECT_THROW(p.validate(), Error);
+}
+
+// Rows of V logits: `levels` 0 for continuous values, else values on that many levels (ties).
+std::vector<float> random_row(int64_t V, int levels, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> row(static_cast<size_t>(V));
+  for (float& v : row) v = levels ? float(int(g() % uint32_t(levels))) * 0.5f : d(g);
+  return row;
+}
+
+struct Drawn {
+  std::vector<int32_t> whole, listed;  // the tokens of sample() and of sample_top()
+  int full_reads = 0, steps = 0;       // sample_top's reads of the whole row
+};
+
+// Steps of both samplers over the same rows, each token joining the history.
+Drawn draw_both(const SamplingParams& p, int64_t V, int levels, int steps) {
+  Sampler whole(p), listed(p);
+  Drawn d;
+  std::vector<int32_t> history{3, 3, 17, int32_t(V - 1), 3};
+  for (int i = 0; i < steps; ++i) {
+    const std::vector<float> row = random_row(V, levels, uint32_t(100 + i));
+    std::vector<float> a = row;
+    const int32_t tw = whole.sample(a, history);
+    const int64_t n = listed.shortlist(history, V);
+    EXPECT_GT(n, 0);
+    if (n == 0) return d;
+    std::vector<float> vals(static_cast<size_t>(n));
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    top_logits_host(row.data(), V, n, vals.data(), ids.data());
+    const auto read = [&](std::span<const int32_t> want, float* out) {
+      if (want.empty()) return ++d.full_reads, void(std::copy(row.begin(), row.end(), out));
+      for (size_t j = 0; j < want.size(); ++j) out[j] = row[size_t(want[j])];
+    };
+    const int32_t tl = listed.sample_top(vals, ids, read, history, V);
+    d.whole.push_back(tw), d.listed.push_back(tl), ++d.steps;
+    history.push_back(tw);
+  }
+  return d;
+}
+
+TEST(Sampler, ShortlistDrawsWhatTheWholeRowDraws) {
+  const int64_t V = 3000;
+  std::vector<std::pair<std::string, SamplingParams>> kinds;
+  kinds.emplace_back("greedy", SamplingParams::greedy());
+  SamplingParams p;  // the defaults: T 0.8, top-k 40, top-p 0.95, min-p 0.05
+  p.seed = 3;
+  kinds.emplace_back("defaults", p);
+  p.temperature = 1.7f, p.top_k = 200, p.top_p = 1.0f, p.min_p = 0.0f;
+  kinds.emplace_back("wide", p);
+  p = SamplingParams{};
+  p.temperature = 1.3f, p.top_k = 5, p.repeat_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.2f;
+  p.penalty_last_n = 16, p.logit_bias = {{7, 5.0f}, {2999, -100.0f}, {7, 1.0f}};
+  kinds.emplace_back("penalties and biases", p);
+  SamplingParams g = SamplingParams::greedy();
+  g.repeat_penalty = 0.5f, g.presence_penalty = -3.0f, g.logit_bias = {{11, 9.0f}};  // penalties that lift
+  kinds.emplace_back("greedy, lifting penalties", g);
+  for (const auto& [name, q] : kinds)
+    for (int levels : {0, 40, 1}) {
+      const Drawn d = draw_both(q, V, levels, 60);
+      EXPECT_EQ(d.steps, 60) << name;
+      EXPECT_EQ(d.whole, d.listed) << name << ", levels " << levels;
+      if (levels == 0) EXPECT_EQ(d.full_reads, 0) << name;  // distinct logits: the list decides
+      // one level: all logits equal, the k-th ties with the list's last; greedy decides anyway
+      if (levels == 1 && q.temperature > 0) EXPECT_EQ(d.full_reads, d.steps) << name;
+      if (levels == 1 && q.temperature == 0) EXPECT_EQ(d.full_reads, 0) << name;
+    }
+}
+
+// Logits that differ by one ulp tie once divided by the temperature (1.75 and the float above
+// it, at 1.7): the lower ids below the list then come first, which only the whole row shows.
+TEST(Sampler, ShortlistReadsTheRowWhereTheTemperatureMakesTies) {
+  SamplingParams p = plain(1.7f);
+  p.top_k = 1;
+  const int64_t V = 300;
+  std::vector<float> row(static_cast<size_t>(V), -5.0f);
+  const float hi = std::nextafter(1.75f, 2.0f);
+  ASSERT_EQ(1.75f / p.temperature, hi / p.temperature);
+  for (int i = 0; i < 100; ++i) row[size_t(i)] = 1.75f;
+  for (int i = 200; i < 240; ++i) row[size_t(i)] = hi;
+  Sampler s(p);
+  const int64_t n = s.shortlist({}, V);
+  ASSERT_EQ(n, 17);
+  std::vector<float> vals(static_cast<size_t>(n));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  top_logits_host(row.data(), V, n, vals.data(), ids.data());
+  EXPECT_EQ(ids[0], 200);
+  int full = 0;
+  const auto read = [&](std::span<const int32_t> want, float* out) {
+    ASSERT_TRUE(want.empty());
+    ++full, std::copy(row.begin(), row.end(), out);
+  };
+  EXPECT_EQ(s.sample_top(vals, ids, read, {}, V), 0);
+  EXPECT_EQ(full, 1);
+}
+
+TEST(Sampler, NoShortlistWhereTheWholeRowDecides) {
+  SamplingParams p;
+  p.top_k = 0;  // the softmax over every logit
+  EXPECT_EQ(Sampler(p).shortlist({}, 3000), 0);
+  p.top_k = 2990;  // the list would be the vocabulary
+  EXPECT_EQ(Sampler(p).shortlist({}, 3000), 0);
+  p.top_k = int(Sampler::kMaxShortlist);
+  EXPECT_EQ(Sampler(p).shortlist({}, 100000), 0);
+  p.top_k = 40;
+  EXPECT_EQ(Sampler(p).shortlist({}, 100000), 56);  // k and a margin of 16
+  p.logit_bias = {{5, 1.0f}, {6, -1.0f}};
+  p.repeat_penalty = 1.1f;
+  EXPECT_EQ(Sampler(p).shortlist(std::vector<int32_t>{5, 9, 9}, 100000), 56 + 3);  // and the touched tokens 5, 6, 9
+  EXPECT_EQ(Sampler(SamplingParams::greedy()).shortlist({}, 100000), 1);
 }
 
 }  // namespace

@@ -93,6 +93,7 @@ CudaBackend::~CudaBackend() {
     if (t) cudaFree(t->table), cudaFreeHost(t->shadow), cudaFreeHost(t->ids);
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec), cudaFree(g.logits);
   for (const Timed& t : timed_) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
+  for (const KeptPass& k : kept_) cudaFree(k.own);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   cudaFreeHost(staging_);
   cudaFree(step_in_);

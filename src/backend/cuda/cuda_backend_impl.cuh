@@ -84,6 +84,9 @@ class CudaBackend final : public Backend {
   void swiglu(const SwiGlu& s, Act x, Act out) override;
   void moe(const MoeSpec& m, Act x, Act out) override;
   void logits(const QWeight& head, Act x, float* logits) override;
+  // The top kernels (top_logits.cu) over a pass kept on the device; more than kTopMax on the host.
+  void logits_top(const QWeight& head, Act x, int64_t n, int pass, float* vals, int32_t* ids) override;
+  void kept_logits(int pass, int64_t row, std::span<const int32_t> ids, float* out) override;
 
   // Steps of decode tokens only (one row per sequence, no host reads) are recorded as a CUDA
   // graph the second time a step of their shape runs (the first runs eagerly and shows whether
@@ -266,6 +269,15 @@ class CudaBackend final : public Backend {
   std::map<std::vector<uintptr_t>, StepGraph> graphs_;
   std::set<std::vector<uintptr_t>> recordable_;
   StepGraph* replay_ = nullptr;
+  // The step's head pass on the device: the recorded graph's logits (replay, capture) or y's.
+  const float* head_pass(const QWeight& head, Act x, float* y);
+  struct KeptPass {
+    float* own = nullptr;          // device: the pass's buffer when not a graph's
+    size_t cap = 0;                // its floats
+    const float* logits = nullptr;  // the pass's logits (own or a graph's)
+    int64_t rows = 0, cols = 0;
+  };
+  std::vector<KeptPass> kept_;  // logits_top's passes
 
   CudaOptions opt_;
   bool wide_ = true;              // the wide_rows switch

@@ -206,4 +206,13 @@ void experts_gate_up_vec(const DW* table, int64_t group, int64_t hidden, int64_t
 void experts_down_vec(const DW* table, int64_t group, int64_t hidden, int64_t dim, const float* h, const PairTiles& pt,
                       int32_t k, float* y, cudaStream_t s);
 
+// The n (<= kTopMax, <= V) largest of each row of logits (rows, V) in logit_order_key's order
+// (backend/backend.h) into vals and ids (rows, n); scratch: top_logits_scratch(rows, V, n) keys.
+constexpr int64_t kTopMax = 1024;
+int64_t top_logits_scratch(int64_t rows, int64_t V, int64_t n);
+void top_logits(const float* logits, int64_t rows, int64_t V, int64_t n, uint64_t* scratch, float* vals, int32_t* ids,
+                cudaStream_t s);
+// out[i] = row[ids[i]] for i < n.
+void gather_logits(const float* row, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
+
 }  // namespace moeflux::cuda

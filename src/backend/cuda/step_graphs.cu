@@ -117,14 +117,11 @@ const int32_t* CudaBackend::positions(std::span<const SeqRows> seqs, Scratch& sc
   return d;
 }
 
-void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
+const float* CudaBackend::head_pass(const QWeight& head, Act x, float* y) {
   const size_t n = size_t(x.rows * head.rows);
-  const Stage st(*this, "lm_head");
   if (mode_ == Mode::Replay) {
     MF_ASSERT(replay_->logits_floats == n);  // the graph was launched by begin_step
-    MF_CUDA(cudaMemcpyAsync(logits, replay_->logits, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    MF_CUDA(cudaStreamSynchronize(stream_));
-    return;
+    return replay_->logits;
   }
   if (mode_ == Mode::Capture) {
     StepGraph g;
@@ -139,14 +136,70 @@ void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
     MF_CUDA(e);
     auto& kept = graphs_[step_key_] = g;
     MF_CUDA(cudaGraphLaunch(kept.exec, stream_));
-    MF_CUDA(cudaMemcpyAsync(logits, kept.logits, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    return kept.logits;
+  }
+  mm(dw(head), x.data, x.rows, y);
+  return y;
+}
+
+void CudaBackend::logits(const QWeight& head, Act x, float* logits) {
+  const size_t n = size_t(x.rows * head.rows);
+  const Stage st(*this, "lm_head");
+  Scratch sc(*pool_);
+  const float* y = head_pass(head, x, mode_ == Mode::Eager ? sc.get<float>(n) : nullptr);
+  MF_CUDA(cudaMemcpyAsync(logits, y, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  MF_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::logits_top(const QWeight& head, Act x, int64_t n, int pass, float* vals, int32_t* ids) {
+  MF_ASSERT(pass >= 0 && n >= 1 && n <= head.rows);
+  const Stage st(*this, "lm_head");
+  if (kept_.size() <= size_t(pass)) kept_.resize(size_t(pass) + 1);
+  KeptPass& k = kept_[size_t(pass)];
+  const size_t floats = size_t(x.rows * head.rows);
+  if (mode_ == Mode::Eager && k.cap < floats) {
+    cudaFree(k.own);
+    k.own = nullptr, k.cap = 0;
+    MF_CUDA(cudaMalloc(&k.own, floats * sizeof(float)));
+    k.cap = floats;
+  }
+  k.logits = head_pass(head, x, k.own);
+  k.rows = x.rows, k.cols = head.rows;
+  if (n > kTopMax) {  // a long list: the whole rows to the host
+    std::vector<float> all(floats);
+    MF_CUDA(cudaMemcpyAsync(all.data(), k.logits, floats * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     MF_CUDA(cudaStreamSynchronize(stream_));
+    for (int64_t r = 0; r < k.rows; ++r) top_logits_host(all.data() + r * k.cols, k.cols, n, vals + r * n, ids + r * n);
     return;
   }
   Scratch sc(*pool_);
-  float* y = sc.get<float>(n);
-  mm(dw(head), x.data, x.rows, y);
-  MF_CUDA(cudaMemcpyAsync(logits, y, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  uint64_t* scratch = sc.get<uint64_t>(size_t(top_logits_scratch(k.rows, k.cols, n)));
+  float* dv = sc.get<float>(size_t(k.rows * n));
+  int32_t* di = sc.get<int32_t>(size_t(k.rows * n));
+  top_logits(k.logits, k.rows, k.cols, n, scratch, dv, di, stream_);
+  MF_CUDA(cudaMemcpyAsync(vals, dv, size_t(k.rows * n) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  MF_CUDA(cudaMemcpyAsync(ids, di, size_t(k.rows * n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  MF_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::kept_logits(int pass, int64_t row, std::span<const int32_t> ids, float* out) {
+  if (pass < 0 || size_t(pass) >= kept_.size() || !kept_[size_t(pass)].logits || row < 0 || row >= kept_[size_t(pass)].rows)
+    fail("kept_logits: no row ", row, " of a kept head pass ", pass);
+  const KeptPass& k = kept_[size_t(pass)];
+  const float* r = k.logits + row * k.cols;
+  if (ids.empty()) {
+    MF_CUDA(cudaMemcpyAsync(out, r, size_t(k.cols) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    MF_CUDA(cudaStreamSynchronize(stream_));
+    return;
+  }
+  for (int32_t id : ids)
+    if (id < 0 || id >= k.cols) fail("kept_logits: token ", id, " outside the head's ", k.cols, " rows");
+  Scratch sc(*pool_);
+  int32_t* di = sc.get<int32_t>(ids.size());
+  float* dv = sc.get<float>(ids.size());
+  MF_CUDA(cudaMemcpyAsync(di, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  gather_logits(r, di, int64_t(ids.size()), dv, stream_);
+  MF_CUDA(cudaMemcpyAsync(out, dv, ids.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   MF_CUDA(cudaStreamSynchronize(stream_));
 }
 
