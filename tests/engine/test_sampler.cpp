@@ -214,10 +214,12 @@ TEST(Sampler, ShortlistDrawsWhatTheWholeRowDraws) {
       const Drawn d = draw_both(q, V, levels, 60);
       EXPECT_EQ(d.steps, 60) << name;
       EXPECT_EQ(d.whole, d.listed) << name << ", levels " << levels;
-      if (levels == 0) EXPECT_EQ(d.full_reads, 0) << name;  // distinct logits: the list decides
-      // one level: all logits equal, the k-th ties with the list's last; greedy decides anyway
-      if (levels == 1 && q.temperature > 0) EXPECT_EQ(d.full_reads, d.steps) << name;
-      if (levels == 1 && q.temperature == 0) EXPECT_EQ(d.full_reads, 0) << name;
+      // distinct logits: the list decides; one level: all logits equal, the k-th ties with the
+      // list's last (greedy decides anyway)
+      const int want_full = levels == 1 && q.temperature > 0 ? d.steps : 0;
+      if (levels != 40) {
+        EXPECT_EQ(d.full_reads, want_full) << name << ", levels " << levels;
+      }
     }
 }
 
