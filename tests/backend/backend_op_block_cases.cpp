@@ -1,4 +1,5 @@
-// The table's mixers and FFNs: GQA (window, output gate, q/k norm, partial RoPE), MLA (naive
+// The table's mixers and FFNs: GQA (window, output gate, q/k norm, partial RoPE, decode after
+// a long prefill), MLA (naive
 // and absorbed, with and without q_lora, interleaved RoPE), GatedDeltaNet (separate and
 // packed projections), SwiGLU, MoE (each RouteKind, shared experts with and without their
 // gate, experts resident or streamed from an ExpertSource in windows). The mixers run steps of
@@ -32,10 +33,14 @@ using Steps = std::vector<std::vector<int64_t>>;
 // One sequence: a prefill chunk, two decode tokens, a short chunk. Three: the first prefilled
 // alone, then steps that mix its decode tokens with the others' chunks and decode tokens, one
 // sequence sitting a step out.
-Steps mixer_steps(int n_seqs) {
-  if (n_seqs == 1) return {{kPrefillT}, {1}, {1}, {3}};
-  return {{kPrefillT, 0, 0}, {1, 7, 1}, {1, 0, 3}, {2, 1, 1}};
+Steps mixer_steps(int n_seqs, int64_t prefill = kPrefillT) {
+  if (n_seqs == 1) return {{prefill}, {1}, {1}, {3}};
+  return {{prefill, 0, 0}, {1, 7, 1}, {1, 0, 3}, {2, 1, 1}};
 }
+
+// A first chunk long enough that the GPU's decode attention splits each query's positions into
+// slices (attention.cu's split-K, from 512 positions).
+constexpr int64_t kLongPrefill = 2500;
 
 std::string seqs_name(int n_seqs) { return n_seqs == 1 ? "" : "_" + std::to_string(n_seqs) + "seqs"; }
 
@@ -72,12 +77,15 @@ void add_gqa(std::vector<OpCase>& cases) {
     int64_t dim, n_heads, n_kv_heads, head_dim, window;
     bool gated, qk_norm;
     double partial_rotary;
+    int64_t prefill = kPrefillT;
   };
   for (const C& c : {C{"q4g32_qknorm", affine(4, 32), 64, 4, 2, 32, 0, false, true, 1.0},
                      C{"bf16_window3", dense(DType::BF16), 96, 4, 4, 16, 3, false, false, 1.0},
                      C{"q8g64_gated_qknorm_partial", affine(8, 64), 128, 4, 1, 64, 0, true, true, 0.25},
                      C{"fp8_window4_gated", fp8(128, 128), 96, 2, 2, 32, 4, true, true, 0.5},
-                     C{"q4g64_mha", affine(4, 64), 128, 2, 2, 64, 0, false, false, 1.0}})
+                     C{"q4g64_mha", affine(4, 64), 128, 2, 2, 64, 0, false, false, 1.0},
+                     C{"q4g32_long", affine(4, 32), 64, 4, 2, 32, 0, false, true, 1.0, kLongPrefill},
+                     C{"bf16_window1000_gated_long", dense(DType::BF16), 96, 4, 4, 16, 1000, true, false, 1.0, kLongPrefill}})
     for (int n_seqs : {1, 3})
       cases.push_back({std::string("gqa_") + c.name + seqs_name(n_seqs), Op::GqaAttention, kTol, [c, n_seqs](OpRun& r) {
                          GqaSpec a;
@@ -91,7 +99,7 @@ void add_gqa(std::vector<OpCase>& cases) {
                          RopeConfig rc;
                          rc.partial_rotary_factor = c.partial_rotary;
                          a.rope = make_rope_table(rc, c.head_dim);
-                         return run_steps(r, a, mixer_steps(n_seqs), [&](Act x, std::span<const SeqRows> seqs, Act y) {
+                         return run_steps(r, a, mixer_steps(n_seqs, c.prefill), [&](Act x, std::span<const SeqRows> seqs, Act y) {
                            r.b.gqa_attention(a, x, seqs, y);
                          });
                        }});

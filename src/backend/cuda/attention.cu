@@ -1,6 +1,8 @@
 // GQA on the device: per-head preparation of new tokens (q/gate split, q/k RMSNorm, RoPE,
 // append to the KV cache) and causal attention with an online softmax, a block per (head,
-// query) with its warps over interleaved cache positions.
+// query) with its warps over interleaved cache positions; over long contexts with few queries,
+// blocks per slice of the positions whose parts a second kernel merges (split-K).
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/block_math.cuh"
@@ -58,15 +60,19 @@ __global__ void gqa_prep_kernel(GqaDev a, const float* qg, const float* kn, cons
   for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = vec[i];
 }
 
-__global__ void __launch_bounds__(kAttWarps * 32)
-    gqa_attend_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v,
-                      const int32_t* pos_at, float* att) {
-  await_previous();
+// The block's warps over positions [p0, p1) of query t's head h (interleaved, an online softmax
+// each, then merged): the softmax's max M and denominator den, and its unnormalised weighted
+// sum of the values (head_dim floats in shared memory, after a block barrier).
+struct Online {
+  float M, den;
+  const float* num;
+};
+
+__device__ Online attend_online(const GqaDev& a, const float* q, const float* k, const float* v, int64_t t, int h,
+                                int64_t p0, int64_t p1) {
   __shared__ float sm[kAttWarps], sl[kAttWarps], sacc[kAttWarps][kMaxHeadDim];
-  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x & 31, hd = a.head_dim;
-  const int64_t t = blockIdx.y, idx = *pos_at + t;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, hd = a.head_dim;
   const int kvh = h / (a.n_heads / a.n_kv_heads);
-  const int64_t first = a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : 0;
   const float scale = 1.0f / sqrtf(float(hd));
   const int64_t stride = int64_t(a.n_kv_heads) * hd;
   const float* qh = q + (t * a.n_heads + h) * hd;
@@ -78,7 +84,7 @@ __global__ void __launch_bounds__(kAttWarps * 32)
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t p = first + warp; p <= idx; p += kAttWarps) {
+  for (int64_t p = p0 + warp; p < p1; p += kAttWarps) {
     const float* kp = k + p * stride + kvh * hd;
     const float* vp = v + p * stride + kvh * hd;
     float s = 0.0f;
@@ -111,9 +117,67 @@ __global__ void __launch_bounds__(kAttWarps * 32)
     f[w] = sm[w] == -INFINITY ? 0.0f : expf(sm[w] - M);
     den += sl[w] * f[w];
   }
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {  // into warp 0's row: d is this thread's alone
     float num = 0.0f;
     for (int w = 0; w < kAttWarps; ++w) num += sacc[w][d] * f[w];
+    sacc[0][d] = num;
+  }
+  __syncthreads();
+  return Online{M, den, sacc[0]};
+}
+
+__global__ void __launch_bounds__(kAttWarps * 32)
+    gqa_attend_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v,
+                      const int32_t* pos_at, float* att) {
+  await_previous();
+  const int h = blockIdx.x, hd = a.head_dim;
+  const int64_t t = blockIdx.y, idx = *pos_at + t;
+  const int64_t first = a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : 0;
+  const Online r = attend_online(a, q, k, v, t, h, first, idx + 1);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = r.num[d] / r.den;
+    if (a.gated) o *= 1.0f / (1.0f + expf(-gate[(t * a.n_heads + h) * hd + d]));
+    att[(t * a.n_heads + h) * hd + d] = o;
+  }
+}
+
+// Split-K over a long context: block (h, t, s) runs attend_online over the s-th of gridDim.z
+// equal slices of the query's positions (taken at run time from *pos_at: a recorded step keeps
+// its slice count while its context grows) and writes its max, denominator and unnormalised
+// sum to part ((t, h, s): head_dim + 2 floats).
+__global__ void __launch_bounds__(kAttWarps * 32)
+    gqa_split_kernel(GqaDev a, const float* q, const float* k, const float* v, const int32_t* pos_at, float* part) {
+  await_previous();
+  const int h = blockIdx.x, hd = a.head_dim;
+  const int64_t t = blockIdx.y, idx = *pos_at + t, S = gridDim.z;
+  const int64_t first = a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : 0;
+  const int64_t per = (idx + 1 - first + S - 1) / S, p0 = first + blockIdx.z * per, p1 = min(p0 + per, idx + 1);
+  const Online r = attend_online(a, q, k, v, t, h, p0, p1);
+  float* out = part + ((t * a.n_heads + h) * S + blockIdx.z) * (hd + 2);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) out[2 + d] = r.num[d];
+  if (threadIdx.x == 0) out[0] = r.M, out[1] = r.den;
+}
+
+// Block (h, t): the slices' parts of gqa_split_kernel merged (rescaled to their common max),
+// normalised and gated.
+__global__ void gqa_merge_kernel(GqaDev a, const float* part, int S, const float* gate, float* att) {
+  await_previous();
+  const int h = blockIdx.x, hd = a.head_dim;
+  const int64_t t = blockIdx.y;
+  const float* pt = part + (t * a.n_heads + h) * S * (hd + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < S; ++s) M = fmaxf(M, pt[s * (hd + 2)]);
+  float den = 0.0f;
+  for (int s = 0; s < S; ++s) {
+    const float ms = pt[s * (hd + 2)];
+    den += ms == -INFINITY ? 0.0f : pt[s * (hd + 2) + 1] * expf(ms - M);
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float num = 0.0f;
+    for (int s = 0; s < S; ++s) {
+      const float ms = pt[s * (hd + 2)];
+      if (ms != -INFINITY) num += pt[s * (hd + 2) + 2 + d] * expf(ms - M);
+    }
     float o = num / den;
     if (a.gated) o *= 1.0f / (1.0f + expf(-gate[(t * a.n_heads + h) * hd + d]));
     att[(t * a.n_heads + h) * hd + d] = o;
@@ -210,10 +274,31 @@ void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn
          kn, vn, pos, q, gate, k, v);
 }
 
+int gqa_splits(const GqaDev& a, int64_t T, int64_t ctx_max) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return std::max(n, 1);
+  }();
+  // Slices of at least kSplitPositions positions, enough blocks for two a multiprocessor.
+  const int64_t by_ctx = (ctx_max + kSplitPositions - 1) / kSplitPositions;
+  const int64_t by_sms = (2 * sms + a.n_heads * T - 1) / (a.n_heads * T);
+  return int(std::clamp<int64_t>(std::min(by_ctx, by_sms), 1, kMaxSplits));
+}
+
 void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float* k, const float* v, int64_t T,
-                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s) {
+                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s, int splits, float* part) {
   MF_ASSERT(a.head_dim <= kMaxHeadDim);
   if (T == 0) return;
+  if (splits > 1) {
+    MF_ASSERT(part && splits <= kMaxSplits);
+    launch("gqa_split", gqa_split_kernel, dim3(unsigned(a.n_heads), unsigned(T), unsigned(splits)), dim3(kAttWarps * 32),
+           s, a, q, k, v, pos, part);
+    launch("gqa_merge", gqa_merge_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(128), s, a,
+           static_cast<const float*>(part), splits, gate, att);
+    return;
+  }
   if (a.head_dim % 4 == 0 && ctx_max <= kScoresMax) {
     launch("gqa_attend", gqa_attend_smem_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(kScoreWarps * 32), s, a, q,
            gate, k, v, pos, att);

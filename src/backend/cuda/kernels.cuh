@@ -62,8 +62,16 @@ void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn
 // att (T, n_heads * head_dim): causal attention of each of the T queries (cache index *pos + t)
 // over the cache (its window), times sigmoid(gate) when gated. ctx_max: at least the positions
 // any query attends to (the kernel is chosen by it: recorded steps keep their choice).
+// splits > 1: split-K, each query's positions in `splits` slices, part scratch of
+// gqa_part_floats floats.
 void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float* k, const float* v, int64_t T,
-                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s);
+                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s, int splits = 1, float* part = nullptr);
+// The slices split-K takes for T queries over a cache of ctx_max positions (1: none).
+constexpr int64_t kSplitPositions = 512, kMaxSplits = 64;
+int gqa_splits(const GqaDev& a, int64_t T, int64_t ctx_max);
+inline int64_t gqa_part_floats(const GqaDev& a, int64_t T, int splits) {
+  return T * a.n_heads * splits * (a.head_dim + 2);
+}
 
 // --- gdn.cu ---
 struct GdnDev {
