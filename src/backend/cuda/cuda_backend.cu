@@ -205,7 +205,6 @@ bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "step_graphs") return step_graphs_;
   if (name == "device_tables") return device_tables_;
   if (name == "tc_prefill") return tc_prefill_;
-  if (name == "split_attention") return split_attention_;
   if (name == "scan_insert") return scan_insert_;
   return Backend::ab_switch(name);
 }
@@ -216,7 +215,6 @@ void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   else if (name == "step_graphs") step_graphs_ = on;
   else if (name == "device_tables") device_tables_ = on;
   else if (name == "tc_prefill") tc_prefill_ = on;
-  else if (name == "split_attention") split_attention_ = on;
   else if (name == "scan_insert") scan_insert_ = on;
   else Backend::set_ab_switch(name, on);
 }

@@ -48,7 +48,7 @@ void CudaBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows
     kv.reserve(s.pos0 + s.rows);
     gqa_prep(g, qg + s.row0 * qgd, kn + s.row0 * kd, vn + s.row0 * kd, s.rows, pos + i, q + s.row0 * qd,
              gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), stream_);
-    const int splits = split_attention_ ? gqa_splits(g, s.rows, kv.capacity()) : 1;
+    const int splits = gqa_splits(g, s.rows, kv.capacity());
     float* part = splits > 1 ? sc.get<float>(size_t(gqa_part_floats(g, s.rows, splits))) : nullptr;
     gqa_attend(g, q + s.row0 * qd, gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), s.rows, pos + i,
                kv.capacity(), att + s.row0 * qd, stream_, splits, part);
