@@ -162,9 +162,11 @@ bool Batcher::step() {
       continue;
     }
     // The logits come whole where the request reports log-probabilities; else the sampler's
-    // shortlist, when it takes one (the rest stay on the backend).
+    // shortlist, when it takes one (the rest stay on the backend). A prompt chunk before the
+    // last samples nothing: one logit comes.
     const bool sampled = s.fed + ids.size() >= s.req->prompt.size();
-    s.top.n = sampled && s.req->logprobs < 0 ? s.sampler->shortlist(s.history, engine_.model().cfg.vocab_size) : 0;
+    if (!sampled) s.top.n = 1;
+    else s.top.n = s.req->logprobs < 0 ? s.sampler->shortlist(s.history, engine_.model().cfg.vocab_size) : 0;
     items.push_back(StepItem{s.seq.get(), ids, {.all_logits = false, .top = s.top.n > 0 ? &s.top : nullptr}});
     in_step.push_back(&s);
   }
