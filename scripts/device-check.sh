@@ -26,6 +26,9 @@
 #   cuda-alt    bench --backend cuda --alternate $ALT (a CUDA A/B switch, flipped token by token in
 #               one process) on qwen3-30b-a3b (CUDA_LAYERS of 48) and mixtral-8x7b (4 layers);
 #               CUDA_ALT_BENCH: the tests (default -p 128 -n 128 -r 3)
+#   cuda-long   decode after a long context: bench --backend cuda -p 0 -n 32 -r 2 -d D for D in
+#               LONG_DEPTHS (default "8192 16384") on qwen3-30b-a3b (12 layers) and deepseek-v3 (6
+#               layers: MLA); with ALT set, --alternate $ALT
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 #   cuda-sass   Nsight Compute's per-instruction counters (executed, stall samples) of the 21st
@@ -98,6 +101,14 @@ for s in $steps; do
         q=$(synth $m)
         timeout 300 $W/build/src/moeflux bench --backend cuda -m "$q" ${CUDA_ALT_BENCH:--p 128 -n 128 -r 3} \
           --alternate "${ALT:?cuda-alt: set ALT}" 2>&1 | tee "$OUT/cuda-alt-${m%% *}.log" | grep -E "^\| [a-z]|median|ratio"
+      done ;;
+    cuda-long)
+      for m in "qwen3-30b-a3b 12" "deepseek-v3 6"; do
+        q=$(synth $m)
+        for d in ${LONG_DEPTHS:-8192 16384}; do
+          timeout 200 $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 32 -r 2 -d "$d" ${ALT:+--alternate "$ALT"} 2>&1 |
+            tee "$OUT/cuda-long-${m%% *}-d$d.log" | grep -E "^\| [a-z]|median|rror"
+        done
       done ;;
     cuda-ncu)
       q=$(synth qwen3-30b-a3b 8)
