@@ -178,13 +178,8 @@ int32_t Sampler::sample_top(std::span<const float> vals, std::span<const int32_t
   const size_t k = p_.temperature == 0.0f ? 1 : size_t(p_.top_k);
   bool decided = p_.temperature == 0.0f || p_.top_k > 0;
   decided = decided && untouched >= k;  // the k-th is at least the best untouched one left out
-  if (decided && p_.temperature == 0.0f) {
-    size_t best = 0;  // argmax: the largest, the lower id among equal ones
-    for (size_t i = 1; i < cand_.size(); ++i)
-      if (cand_[i].first > cand_[best].first || (cand_[i].first == cand_[best].first && cand_[i].second < cand_[best].second))
-        best = i;
-    return cand_[best].second;
-  }
+  if (decided && p_.temperature == 0.0f)  // argmax: the largest, the lower id among equal ones
+    return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
   if (decided) {
     for (auto& c : cand_) c.first /= p_.temperature;
     std::partial_sort(cand_.begin(), cand_.begin() + ptrdiff_t(k), cand_.end(), by_logit);
