@@ -27,8 +27,11 @@
 #               one process) on qwen3-30b-a3b (CUDA_LAYERS of 48) and mixtral-8x7b (4 layers);
 #               CUDA_ALT_BENCH: the tests (default -p 128 -n 128 -r 3)
 #   cuda-long   decode after a long context: bench --backend cuda -p 0 -n 32 -r 2 -d D for D in
-#               LONG_DEPTHS (default "8192 16384") on qwen3-30b-a3b (12 layers) and deepseek-v3 (6
-#               layers: MLA); with ALT set, --alternate $ALT
+#               LONG_DEPTHS (default "8192 16384") on LONG_MODELS (default "qwen3-30b-a3b:12
+#               deepseek-v3:6", preset:layers; deepseek-v3 is MLA); with ALT set, --alternate $ALT
+#   cuda-prefill  prefill: bench --backend cuda -p P -n 0 -r 2 for P in PREFILL_LENGTHS (default
+#               "512 4096") on PREFILL_MODELS (default as LONG_MODELS); with ALT set, --alternate
+#               $ALT, else --profile (device time per stage)
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name
 #   cuda-sass   Nsight Compute's per-instruction counters (executed, stall samples) of the 21st
@@ -103,11 +106,20 @@ for s in $steps; do
           --alternate "${ALT:?cuda-alt: set ALT}" 2>&1 | tee "$OUT/cuda-alt-${m%% *}.log" | grep -E "^\| [a-z]|median|ratio"
       done ;;
     cuda-long)
-      for m in "qwen3-30b-a3b 12" "deepseek-v3 6"; do
-        q=$(synth $m)
+      for m in ${LONG_MODELS:-qwen3-30b-a3b:12 deepseek-v3:6}; do
+        q=$(synth ${m%%:*} ${m##*:})
         for d in ${LONG_DEPTHS:-8192 16384}; do
           timeout 200 $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 32 -r 2 -d "$d" ${ALT:+--alternate "$ALT"} 2>&1 |
-            tee "$OUT/cuda-long-${m%% *}-d$d.log" | grep -E "^\| [a-z]|median|rror"
+            tee "$OUT/cuda-long-${m%%:*}-d$d.log" | grep -E "^\| [a-z]|median|rror"
+        done
+      done ;;
+    cuda-prefill)
+      for m in ${PREFILL_MODELS:-${LONG_MODELS:-qwen3-30b-a3b:12 deepseek-v3:6}}; do
+        q=$(synth ${m%%:*} ${m##*:})
+        for n in ${PREFILL_LENGTHS:-512 4096}; do
+          extra=(--profile); [ -n "${ALT:-}" ] && extra=(--alternate "$ALT")
+          timeout 200 $W/build/src/moeflux bench --backend cuda -m "$q" -p "$n" -n 0 -r 2 "${extra[@]}" 2>&1 |
+            tee "$OUT/cuda-prefill-${m%%:*}-p$n.log" | grep -E "^\| [a-z]|median|rror"
         done
       done ;;
     cuda-ncu)

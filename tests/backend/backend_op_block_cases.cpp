@@ -1,7 +1,6 @@
 // The table's mixers and FFNs: GQA (window, output gate, q/k norm, partial RoPE, decode after
-// a long prefill), MLA (naive
-// and absorbed, with and without q_lora, interleaved RoPE), GatedDeltaNet (separate and
-// packed projections), SwiGLU, MoE (each RouteKind, shared experts with and without their
+// a long prefill), MLA (naive and absorbed, with and without q_lora, interleaved RoPE, decode
+// after a long prefill, many heads), GatedDeltaNet (separate and packed projections), SwiGLU, MoE (each RouteKind, shared experts with and without their
 // gate, experts resident or streamed from an ExpertSource in windows). The mixers run steps of
 // one sequence (a prefill chunk, decode tokens, another chunk) or of three at once (prefill
 // and decode rows mixed in one call); their outputs are every step's, then the states' buffers.
@@ -39,7 +38,7 @@ Steps mixer_steps(int n_seqs, int64_t prefill = kPrefillT) {
 }
 
 // A first chunk long enough that the GPU's decode attention splits each query's positions into
-// slices (attention.cu's split-K, from 512 positions).
+// slices (split-K: attention.cu's from 512 positions, mla.cu's from 128).
 constexpr int64_t kLongPrefill = 2500;
 
 std::string seqs_name(int n_seqs) { return n_seqs == 1 ? "" : "_" + std::to_string(n_seqs) + "seqs"; }
@@ -111,16 +110,24 @@ void add_mla(std::vector<OpCase>& cases) {
     MlaPath path;
     int64_t q_lora_rank;
     bool interleave;
+    const char* suffix = "";
+    int64_t H = 4, R = 32, P = 8, prefill = kPrefillT;
   };
-  const int64_t dim = 64, H = 4, R = 32, nope = 16, P = 8, vd = 16;
+  const int64_t dim = 64, nope = 16, vd = 16;
+  // The last two: decode after a long prefill (the GPU's split-K), and more heads than a GPU block
+  // takes with DeepSeek-V3's latent widths.
   for (const C& c : {C{affine(4, 32), MlaPath::Naive, 0, true}, C{affine(4, 32), MlaPath::Absorbed, 0, true},
                      C{dense(DType::BF16), MlaPath::Naive, 64, false}, C{dense(DType::BF16), MlaPath::Absorbed, 64, false},
                      C{fp8(128, 128), MlaPath::Naive, 64, true}, C{fp8(128, 128), MlaPath::Absorbed, 64, true},
-                     C{affine(8, 32), MlaPath::Absorbed, 64, true}})
+                     C{affine(8, 32), MlaPath::Absorbed, 64, true},
+                     C{affine(4, 32), MlaPath::Absorbed, 0, true, "_long", 4, 32, 8, kLongPrefill},
+                     C{dense(DType::BF16), MlaPath::Absorbed, 0, true, "_h40r512", 40, 512, 64, 200}})
     for (int n_seqs : {1, 3})
       cases.push_back({std::string("mla_") + (c.path == MlaPath::Naive ? "naive_" : "absorbed_") + c.f.name() +
-                           (c.q_lora_rank ? "_qlora" : "") + (c.interleave ? "_interleaved" : "") + seqs_name(n_seqs),
+                           (c.q_lora_rank ? "_qlora" : "") + (c.interleave ? "_interleaved" : "") + c.suffix +
+                           seqs_name(n_seqs),
                        Op::MlaAttention, kTol, [=](OpRun& r) {
+                         const int64_t H = c.H, R = c.R, P = c.P;
                          MlaSpec a;
                          a.dim = dim, a.n_heads = H, a.q_lora_rank = c.q_lora_rank, a.kv_lora_rank = R;
                          a.qk_nope_dim = nope, a.qk_rope_dim = P, a.v_dim = vd, a.rope_interleave = c.interleave;
@@ -141,7 +148,7 @@ void add_mla(std::vector<OpCase>& cases) {
                          rc.type = "yarn", rc.factor = 4, rc.original_max_position_embeddings = 64, rc.mscale = 1;
                          rc.mscale_all_dim = 1;
                          a.rope = make_rope_table(rc, P);
-                         return run_steps(r, a, mixer_steps(n_seqs), [&](Act x, std::span<const SeqRows> seqs, Act y) {
+                         return run_steps(r, a, mixer_steps(n_seqs, c.prefill), [&](Act x, std::span<const SeqRows> seqs, Act y) {
                            r.b.mla_attention(a, x, seqs, y);
                          });
                        }});

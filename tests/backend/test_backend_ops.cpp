@@ -1,5 +1,5 @@
-// The backend op table: every case of backend_op_cases.h on every registered backend against
-// `ref`, within the case's relative L2 (over the entries finite in both) and non-finite exactly
+// The backend op table: every case of backend_op_cases.h on every registered backend (and
+// every A/B switch of a backend other than cpu flipped) against `ref`, within the case's relative L2 (over the entries finite in both) and non-finite exactly
 // where ref's are. The CPU backend also runs at every instruction set this machine has, with
 // 4-bit weights in file order (1 thread) and rewritten into the group-lane layout (3 threads).
 // A backend that does not support an op on a format skips that case.
@@ -28,32 +28,40 @@ BackendOptions named(const std::string& name) {
 struct Variant {
   std::string label;
   BackendOptions opt;
+  std::string flip;  // an A/B switch of the backend set to the other arm ("": none)
 };
 
-std::vector<Variant> variants() {
-  std::vector<Variant> vs;
-  for (const std::string& name : backend_names()) {
-    if (name == "ref" || name == "auto") continue;  // auto is one of the others
-    if (std::string why; !backend_usable(name, &why)) {
-      static bool told = false;
-      if (!told) std::printf("backend %s not tested here: %s\n", name.c_str(), why.c_str());
-      told = true;
-      continue;
-    }
-    vs.push_back({name, named(name)});
-    if (name != "cpu") continue;
-    for (CpuIsa isa : test::cpu_isas_available())
-      for (Repack repack : {Repack::Off, Repack::On}) {
-        BackendOptions o = named(name);
-        o.cpu.isa = std::string(cpu_isa_name(isa));
-        o.cpu.repack = repack;
-        o.cpu.threads = repack == Repack::On ? 3 : 1;
-        vs.push_back({"cpu " + o.cpu.isa + (repack == Repack::On ? " lanes" : " file order") + " threads " +
-                          std::to_string(o.cpu.threads),
-                      o});
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> all = [] {
+    std::vector<Variant> vs;
+    for (const std::string& name : backend_names()) {
+      if (name == "ref" || name == "auto") continue;  // auto is one of the others
+      if (std::string why; !backend_usable(name, &why)) {
+        static bool told = false;
+        if (!told) std::printf("backend %s not tested here: %s\n", name.c_str(), why.c_str());
+        told = true;
+        continue;
       }
-  }
-  return vs;
+      vs.push_back({name, named(name), ""});
+      if (name != "cpu") {  // each A/B switch's other arm (the CPU's are process-wide: cpu_features.h)
+        for (const std::string& sw : make_backend(named(name))->ab_switches())
+          vs.push_back({name + " " + sw + " flipped", named(name), sw});
+        continue;
+      }
+      for (CpuIsa isa : test::cpu_isas_available())
+        for (Repack repack : {Repack::Off, Repack::On}) {
+          BackendOptions o = named(name);
+          o.cpu.isa = std::string(cpu_isa_name(isa));
+          o.cpu.repack = repack;
+          o.cpu.threads = repack == Repack::On ? 3 : 1;
+          vs.push_back({"cpu " + o.cpu.isa + (repack == Repack::On ? " lanes" : " file order") + " threads " +
+                            std::to_string(o.cpu.threads),
+                        o, ""});
+        }
+    }
+    return vs;
+  }();
+  return all;
 }
 
 struct Diff {
@@ -104,6 +112,7 @@ TEST_P(BackendOps, MatchesRef) {
   int ran = 0;
   for (const Variant& v : variants()) {
     auto b = make_backend(v.opt);
+    if (!v.flip.empty()) b->set_ab_switch(v.flip, !b->ab_switch(v.flip));
     test::OpRun r(*b, c.op);
     std::vector<float> got;
     try {

@@ -8,6 +8,7 @@
 #include "backend/cuda/block_math.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
+#include "backend/cuda/flash_tile.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace moeflux::cuda {
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(kAttWarps * 32)
 // Split-K over a long context: block (h, t, s) runs attend_online over the s-th of gridDim.z
 // equal slices of the query's positions (taken at run time from *pos_at: a recorded step keeps
 // its slice count while its context grows) and writes its max, denominator and unnormalised
-// sum to part ((t, h, s): head_dim + 2 floats).
+// sum to part ((t, h, s): head_dim + 4 floats, the sum at +4).
 __global__ void __launch_bounds__(kAttWarps * 32)
     gqa_split_kernel(GqaDev a, const float* q, const float* k, const float* v, const int32_t* pos_at, float* part) {
   await_previous();
@@ -153,8 +154,8 @@ __global__ void __launch_bounds__(kAttWarps * 32)
   const int64_t first = a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : 0;
   const int64_t per = (idx + 1 - first + S - 1) / S, p0 = first + blockIdx.z * per, p1 = min(p0 + per, idx + 1);
   const Online r = attend_online(a, q, k, v, t, h, p0, p1);
-  float* out = part + ((t * a.n_heads + h) * S + blockIdx.z) * (hd + 2);
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) out[2 + d] = r.num[d];
+  float* out = part + ((t * a.n_heads + h) * S + blockIdx.z) * (hd + 4);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) out[4 + d] = r.num[d];
   if (threadIdx.x == 0) out[0] = r.M, out[1] = r.den;
 }
 
@@ -164,24 +165,72 @@ __global__ void gqa_merge_kernel(GqaDev a, const float* part, int S, const float
   await_previous();
   const int h = blockIdx.x, hd = a.head_dim;
   const int64_t t = blockIdx.y;
-  const float* pt = part + (t * a.n_heads + h) * S * (hd + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < S; ++s) M = fmaxf(M, pt[s * (hd + 2)]);
-  float den = 0.0f;
-  for (int s = 0; s < S; ++s) {
-    const float ms = pt[s * (hd + 2)];
-    den += ms == -INFINITY ? 0.0f : pt[s * (hd + 2) + 1] * expf(ms - M);
-  }
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float num = 0.0f;
-    for (int s = 0; s < S; ++s) {
-      const float ms = pt[s * (hd + 2)];
-      if (ms != -INFINITY) num += pt[s * (hd + 2) + 2 + d] * expf(ms - M);
-    }
-    float o = num / den;
+  merge_softmax_parts(part + (t * a.n_heads + h) * S * (hd + 4), S, hd + 4, 4, hd, [&](int d, float o) {
     if (a.gated) o *= 1.0f / (1.0f + expf(-gate[(t * a.n_heads + h) * hd + d]));
     att[(t * a.n_heads + h) * hd + d] = o;
+  });
+}
+
+// The query heads of a kv head together, a block per (kv head and kGqaHeads of its query heads,
+// query t, slice z of the query's positions) over tiles of the cache's key and value rows
+// (flash_tile.cuh), a warp a query head. One slice (gridDim.z == 1): att written normalised and
+// gated; several: each slice's part ((t, h, z): head_dim + 4 floats, the sum at +4), merged by
+// gqa_merge_kernel. The slices are taken at run time from *pos_at.
+constexpr int kGqaHeads = 8, kGqaChunks = kMaxHeadDim / 128;
+
+// Shared floats: a tile of keys, a tile of values, the block's scaled queries.
+__host__ __device__ inline int64_t gqa_flash_floats(int hd) {
+  return int64_t(kFlashTile) * (flash_row(hd) + hd) + int64_t(kGqaHeads) * hd;
+}
+
+__global__ void __launch_bounds__(kGqaHeads * 32)
+    gqa_flash_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v, const int32_t* pos_at,
+                     float* att, float* part) {
+  await_previous();
+  extern __shared__ float4 smem4[];
+  const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads, per_kv = (G + kGqaHeads - 1) / kGqaHeads;
+  const int kvh = blockIdx.x / per_kv, g0 = (blockIdx.x % per_kv) * kGqaHeads, krow = flash_row(hd);
+  float* const ks = reinterpret_cast<float*>(smem4);
+  float* const vs = ks + kFlashTile * krow;
+  float* const qs = vs + kFlashTile * hd;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.y, idx = *pos_at + t, S = gridDim.z;
+  const int64_t first = a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : 0;
+  const Slice sl = flash_slice(first, idx + 1, blockIdx.z, S);
+  const float scale = 1.0f / sqrtf(float(hd));
+  for (int i = threadIdx.x; i < kGqaHeads * hd; i += blockDim.x) {
+    const int j = i / hd, h = kvh * G + g0 + j;
+    qs[i] = g0 + j < G ? q[(t * a.n_heads + h) * hd + i % hd] * scale : 0.0f;
   }
+  const int64_t stride = int64_t(a.n_kv_heads) * hd;
+  const int hd4 = hd / 4;
+  FlashAcc<1, kGqaChunks> f;
+  for (int64_t b = sl.p0; b < sl.p1; b += kFlashTile) {
+    const int np = int(min(int64_t(kFlashTile), sl.p1 - b));
+    __syncthreads();  // the previous tile is read
+    for (int i = threadIdx.x; i < np * hd4; i += blockDim.x) {
+      const int r = i / hd4, c = 4 * (i % hd4);
+      const int64_t at = (b + r) * stride + kvh * hd + c;
+      *reinterpret_cast<float4*>(ks + r * krow + c) = *reinterpret_cast<const float4*>(k + at);
+      *reinterpret_cast<float4*>(vs + r * hd + c) = *reinterpret_cast<const float4*>(v + at);
+    }
+    __syncthreads();
+    float sc[1];
+    flash_scores(sc, ks + min(lane, np - 1) * krow, qs + warp * hd, hd, hd4);
+    f.add(sc, np, vs, hd, hd);
+  }
+  if (g0 + warp >= G) return;
+  const int h = kvh * G + g0 + warp;
+  float* o = att + (t * a.n_heads + h) * hd;
+  const float* gt = a.gated ? gate + (t * a.n_heads + h) * hd : nullptr;
+  f.store(0, hd, S > 1, S > 1 ? part + ((t * a.n_heads + h) * S + blockIdx.z) * (hd + 4) : nullptr,
+          [&](int d, float4 r) {
+            if (gt) {
+              r.x *= 1.0f / (1.0f + expf(-gt[d])), r.y *= 1.0f / (1.0f + expf(-gt[d + 1]));
+              r.z *= 1.0f / (1.0f + expf(-gt[d + 2])), r.w *= 1.0f / (1.0f + expf(-gt[d + 3]));
+            }
+            *reinterpret_cast<float4*>(o + d) = r;
+          });
 }
 
 // The same in three passes over a context of at most kScoresMax positions (decode): the scores
@@ -274,38 +323,55 @@ void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn
          kn, vn, pos, q, gate, k, v);
 }
 
-int gqa_splits(const GqaDev& a, int64_t T, int64_t ctx_max) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return std::max(n, 1);
-  }();
-  // Slices of at least kSplitPositions positions, enough blocks for two a multiprocessor.
-  const int64_t by_ctx = (ctx_max + kSplitPositions - 1) / kSplitPositions;
-  const int64_t by_sms = (2 * sms + a.n_heads * T - 1) / (a.n_heads * T);
+int split_slices(int64_t blocks, int64_t ctx_max, int64_t min_positions) {
+  // Slices of at least min_positions positions, enough blocks for two a multiprocessor.
+  const int64_t by_ctx = (ctx_max + min_positions - 1) / min_positions;
+  const int64_t by_sms = (2 * std::max(multiprocessors(), 1) + blocks - 1) / blocks;
   return int(std::clamp<int64_t>(std::min(by_ctx, by_sms), 1, kMaxSplits));
 }
 
+bool gqa_flash_fits(const GqaDev& a) {
+  return a.head_dim % 4 == 0 && a.head_dim <= kMaxHeadDim && a.n_heads % a.n_kv_heads == 0 &&
+         gqa_flash_floats(a.head_dim) * int64_t(sizeof(float)) <= smem_optin();
+}
+
+static int64_t gqa_flash_blocks(const GqaDev& a) {
+  return int64_t(a.n_kv_heads) * ((a.n_heads / a.n_kv_heads + kGqaHeads - 1) / kGqaHeads);
+}
+
+int gqa_splits(const GqaDev& a, int64_t T, int64_t ctx_max, bool flash) {
+  if (flash && gqa_flash_fits(a)) return split_slices(gqa_flash_blocks(a) * T, ctx_max, kFlashSlicePositions);
+  return split_slices(a.n_heads * T, ctx_max, kSplitPositions);
+}
+
 void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float* k, const float* v, int64_t T,
-                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s, int splits, float* part) {
+                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s, int splits, float* part, bool flash) {
   MF_ASSERT(a.head_dim <= kMaxHeadDim);
   if (T == 0) return;
-  if (splits > 1) {
-    MF_ASSERT(part && splits <= kMaxSplits);
+  MF_ASSERT(splits >= 1 && splits <= kMaxSplits && (splits == 1 || part));
+  if (flash && gqa_flash_fits(a)) {
+    static const bool once = (MF_CUDA(cudaFuncSetAttribute(gqa_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                           int(smem_optin()))),
+                              true);
+    (void)once;
+    launch_smem("gqa_flash", gqa_flash_kernel, dim3(unsigned(gqa_flash_blocks(a)), unsigned(T), unsigned(splits)),
+                dim3(kGqaHeads * 32), size_t(gqa_flash_floats(a.head_dim)) * sizeof(float), s, a, q, gate, k, v, pos, att,
+                part);
+  } else if (splits > 1) {
     launch("gqa_split", gqa_split_kernel, dim3(unsigned(a.n_heads), unsigned(T), unsigned(splits)), dim3(kAttWarps * 32),
            s, a, q, k, v, pos, part);
-    launch("gqa_merge", gqa_merge_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(128), s, a,
-           static_cast<const float*>(part), splits, gate, att);
-    return;
-  }
-  if (a.head_dim % 4 == 0 && ctx_max <= kScoresMax) {
+  } else if (a.head_dim % 4 == 0 && ctx_max <= kScoresMax) {
     launch("gqa_attend", gqa_attend_smem_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(kScoreWarps * 32), s, a, q,
            gate, k, v, pos, att);
     return;
+  } else {
+    launch("gqa_attend", gqa_attend_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(kAttWarps * 32), s, a, q, gate,
+           k, v, pos, att);
+    return;
   }
-  launch("gqa_attend", gqa_attend_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(kAttWarps * 32), s, a, q, gate, k,
-         v, pos, att);
+  if (splits > 1)
+    launch("gqa_merge", gqa_merge_kernel, dim3(unsigned(a.n_heads), unsigned(T)), dim3(128), s, a,
+           static_cast<const float*>(part), splits, gate, att);
 }
 
 }  // namespace moeflux::cuda

@@ -33,6 +33,37 @@ __device__ float block_exp_sum(float* sc, I n, float* red) {
   return sum;
 }
 
+// The parts of split-K softmax attention merged: S rows of `stride` floats (the slice's max at 0,
+// its denominator at 1, its unnormalised weighted sum of n floats at `off`) rescaled to their
+// common max and normalised; out(d, value) for d < n, by the block's threads. S <= kMaxSplits.
+template <typename Out>
+__device__ void merge_softmax_parts(const float* pt, int S, int stride, int off, int n, Out out) {
+  __shared__ float f[kMaxSplits];
+  __shared__ float den_s;
+  if (threadIdx.x < 32) {
+    float M = -INFINITY;
+    for (int s = threadIdx.x; s < S; s += 32) M = fmaxf(M, pt[s * stride]);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float den = 0.0f;
+    for (int s = threadIdx.x; s < S; s += 32) {
+      const float ms = pt[s * stride];
+      f[s] = ms == -INFINITY ? 0.0f : expf(ms - M);
+      den += f[s] * pt[s * stride + 1];
+    }
+    den = warp_sum(den);
+    if (threadIdx.x == 0) den_s = den;
+  }
+  __syncthreads();
+  const float inv = 1.0f / den_s;
+  for (int d = threadIdx.x; d < n; d += blockDim.x) {
+    float num = 0.0f;
+    for (int s = 0; s < S; ++s)
+      if (f[s] != 0.0f) num += pt[s * stride + off + d] * f[s];
+    out(d, num * inv);
+  }
+}
+
 // Rotate-half RoPE of v (the pairs (i, i + rot_dim / 2)) at position pos, by the block's threads.
 __device__ inline void rope_rotate_half(float* v, const RopeDev& r, float pos) {
   const int half = r.rot_dim / 2;

@@ -58,7 +58,7 @@ class CudaBackend final : public Backend {
   // steps recorded as graphs, the kernels of launch.cuh start while the kernel before them
   // drains, their weights coming into L2 meanwhile (no switch).
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert"};
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert", "flash_attention"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;
@@ -286,6 +286,7 @@ class CudaBackend final : public Backend {
   bool scan_insert_ = true;       // the scan_insert switch: a prefill's misses go first (ExpertSlotMap)
   bool step_graphs_ = true;       // the step_graphs switch ($MOEFLUX_CUDA_GRAPHS=0: off at start)
   bool tc_prefill_ = true;        // the tc_prefill switch (mma_rows.cu)
+  bool flash_attention_ = true;   // the flash_attention switch: GQA a block per kv head (attention.cu)
   // GatedDeltaNet's device kernels ($MOEFLUX_CUDA_DEVICE_GDN=1, read at start: the layers'
   // states are made where it says). Off until a step of three or more qwen3_next sequences
   // agrees with each sequence alone (tests/engine/test_engine_batch.cpp).

@@ -48,10 +48,10 @@ void CudaBackend::gqa_attention(const GqaSpec& a, Act x, std::span<const SeqRows
     kv.reserve(s.pos0 + s.rows);
     gqa_prep(g, qg + s.row0 * qgd, kn + s.row0 * kd, vn + s.row0 * kd, s.rows, pos + i, q + s.row0 * qd,
              gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), stream_);
-    const int splits = gqa_splits(g, s.rows, kv.capacity());
+    const int splits = gqa_splits(g, s.rows, kv.capacity(), flash_attention_);
     float* part = splits > 1 ? sc.get<float>(size_t(gqa_part_floats(g, s.rows, splits))) : nullptr;
     gqa_attend(g, q + s.row0 * qd, gate ? gate + s.row0 * qd : nullptr, kv.k(), kv.v(), s.rows, pos + i,
-               kv.capacity(), att + s.row0 * qd, stream_, splits, part);
+               kv.capacity(), att + s.row0 * qd, stream_, splits, part, flash_attention_);
     kv.grew(s.rows);
   }
   mm(dw(a.wo), att, R, out.data);
@@ -115,14 +115,13 @@ void CudaBackend::mla_attention(const MlaSpec& a, Act x, std::span<const SeqRows
     const SeqRows& s = seqs[i];
     auto& lc = static_cast<KvCacheDev&>(*s.state);
     if (s.pos0 != lc.len()) fail("cuda backend: a sequence at position ", s.pos0, " has ", lc.len(), " cached positions");
-    if (s.pos0 + s.rows > mla_max_context())
-      fail("cuda backend: MLA attends over at most ", mla_max_context(), " positions on the GPU for now (",
-           s.pos0 + s.rows, " asked)");
     lc.reserve(s.pos0 + s.rows);
     mla_prep(m, q + s.row0 * H * qk, kv + s.row0 * (rank + P), s.rows, pos + i, qpe + s.row0 * H * P, lc.k(), lc.v(),
              stream_);
-    mla_attend(m, qc + s.row0 * H * rank, qpe + s.row0 * H * P, lc.k(), lc.v(), s.rows, pos + i, s.pos0 + s.rows,
-               ctx + s.row0 * H * rank, stream_);
+    const int splits = mla_splits(m, s.rows, lc.capacity());
+    float* part = splits > 1 ? sc.get<float>(size_t(mla_part_floats(m, s.rows, splits))) : nullptr;
+    mla_attend(m, qc + s.row0 * H * rank, qpe + s.row0 * H * P, lc.k(), lc.v(), s.rows, pos + i,
+               ctx + s.row0 * H * rank, stream_, splits, part);
     lc.grew(s.rows);
   }
   mla_unabsorb(m, kvb, ctx, R, att, stream_);

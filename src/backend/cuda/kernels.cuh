@@ -38,6 +38,8 @@ void rope(const RopeDev& t, int64_t head_dim, int64_t pos0, float* x, int64_t ro
 // --- matmul.cu ---
 // The current device's multiprocessors (the backend's device, current on its thread).
 int multiprocessors();
+// The shared memory a block of the current device may opt in to, in bytes.
+int64_t smem_optin();
 // y (T, w.rows) = x (T, w.cols) W^T.
 void matmul(const DW& w, const float* x, int64_t T, float* y, cudaStream_t s);
 // ys[i] = x ws[i]^T for weights sharing x: one launch for several of one format and width
@@ -64,13 +66,19 @@ void gqa_prep(const GqaDev& a, const float* qg, const float* kn, const float* vn
 // any query attends to (the kernel is chosen by it: recorded steps keep their choice).
 // splits > 1: split-K, each query's positions in `splits` slices, part scratch of
 // gqa_part_floats floats.
+// flash: the query heads of a kv head in one block (where gqa_flash_fits).
 void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float* k, const float* v, int64_t T,
-                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s, int splits = 1, float* part = nullptr);
+                const int32_t* pos, int64_t ctx_max, float* att, cudaStream_t s, int splits = 1, float* part = nullptr,
+                bool flash = false);
+bool gqa_flash_fits(const GqaDev& a);
 // The slices split-K takes for T queries over a cache of ctx_max positions (1: none).
 constexpr int64_t kSplitPositions = 512, kMaxSplits = 64;
-int gqa_splits(const GqaDev& a, int64_t T, int64_t ctx_max);
+int gqa_splits(const GqaDev& a, int64_t T, int64_t ctx_max, bool flash = false);
+// Split-K's slices of a context of ctx_max positions for `blocks` blocks a slice: slices of at
+// least min_positions, as many as give two blocks a multiprocessor, at most kMaxSplits.
+int split_slices(int64_t blocks, int64_t ctx_max, int64_t min_positions);
 inline int64_t gqa_part_floats(const GqaDev& a, int64_t T, int splits) {
-  return T * a.n_heads * splits * (a.head_dim + 2);
+  return T * a.n_heads * splits * (a.head_dim + 4);
 }
 
 // --- gdn.cu ---
@@ -102,8 +110,6 @@ struct MlaDev {
 };
 // Whether the MLA kernels run this shape.
 bool mla_fits(const MlaDev& a);
-// The most positions mla_attend attends over.
-int64_t mla_max_context();
 // T new tokens at positions *pos ..: qpe (T, H, rope_dim) = q's roped q_pe (q: (T, H * (nope +
 // rope_dim))); kv (T, rank + rope_dim) -> cache_c row *pos + t = kv_a_layernorm(c), cache_kpe
 // row = roped k_pe.
@@ -111,10 +117,13 @@ void mla_prep(const MlaDev& a, const float* q, const float* kv, int64_t T, const
               float* cache_c, float* cache_kpe, cudaStream_t s);
 // qc (T, H, rank): each head's q_nope through kv_b's key rows, transposed.
 void mla_absorb_q(const MlaDev& a, const DW& wkv_b, const float* q, int64_t T, float* qc, cudaStream_t s);
-// ctx (T, H, rank): attention in the latent space over positions 0 .. *pos + t (ctx_max: at
-// most mla_max_context()).
+// ctx (T, H, rank): attention in the latent space over positions 0 .. *pos + t; splits > 1:
+// split-K, each query's positions in `splits` slices (mla_splits of the cache's capacity), part
+// scratch of mla_part_floats floats.
 void mla_attend(const MlaDev& a, const float* qc, const float* qpe, const float* cache_c, const float* cache_kpe,
-                int64_t T, const int32_t* pos, int64_t ctx_max, float* ctx, cudaStream_t s);
+                int64_t T, const int32_t* pos, float* ctx, cudaStream_t s, int splits = 1, float* part = nullptr);
+int mla_splits(const MlaDev& a, int64_t T, int64_t ctx_max);
+inline int64_t mla_part_floats(const MlaDev& a, int64_t T, int splits) { return T * a.n_heads * splits * (a.rank + 4); }
 // att (T, H * v_dim): each head's context through kv_b's value rows.
 void mla_unabsorb(const MlaDev& a, const DW& wkv_b, const float* ctx, int64_t T, float* att, cudaStream_t s);
 

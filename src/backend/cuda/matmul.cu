@@ -86,6 +86,14 @@ int multiprocessors() {
   return n;
 }
 
+int64_t smem_optin() {
+  thread_local int device = -1, n = 0;
+  int d = 0;
+  MF_CUDA(cudaGetDevice(&d));
+  if (d != device) MF_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, d)), device = d;
+  return n;
+}
+
 namespace {
 
 // ys[i] = x ws[i]^T by the warp-per-row kernels.

@@ -8,13 +8,13 @@
 #include "backend/cuda/block_math.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
+#include "backend/cuda/flash_tile.cuh"
 
 namespace moeflux::cuda {
 
 namespace {
 
-constexpr int kPrepThreads = 128, kMaxRope = 256, kMaxRank = 1024, kAttWarps = 8, kScoresMax = 8192,
-              kRowsPerBlock = 8;
+constexpr int kPrepThreads = 128, kMaxRope = 256, kRowsPerBlock = 8;
 
 // Block (t, h < H): head h's q_pe of token t; block (t, H): the token's c and k_pe.
 __global__ void mla_prep_kernel(MlaDev a, const float* q, const float* kv, const int32_t* pos_at, float* qpe,
@@ -59,31 +59,66 @@ __global__ void absorb_q_kernel(MlaDev a, DW wkv_b, const float* q, float* qc) {
   qc[th * a.rank + r] = acc;
 }
 
-__global__ void __launch_bounds__(kAttWarps * 32)
-    mla_attend_kernel(MlaDev a, const float* qc, const float* qpe, const float* cache_c, const float* cache_kpe,
-                      const int32_t* pos_at, float* ctx) {
-  __shared__ float sc[kScoresMax];
-  __shared__ float red[kAttWarps];
-  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x & 31, R = a.rank, P = a.rope_dim;
-  const int64_t t = blockIdx.y, n = *pos_at + t + 1;
-  const float* q1 = qc + (t * a.n_heads + h) * R;
-  const float* q2 = qpe + (t * a.n_heads + h) * P;
-  for (int64_t p = warp; p < n; p += kAttWarps) {
-    const float* c = cache_c + p * R;
-    const float* k = cache_kpe + p * P;
-    float s = 0.0f;
-    for (int d = lane; d < R; d += 32) s += q1[d] * c[d];
-    for (int d = lane; d < P; d += 32) s += q2[d] * k[d];
-    s = warp_sum(s);
-    if (lane == 0) sc[p] = s * a.scale;
+// Attention in the latent space, a block per (query t, group of kGroup heads, slice z of the
+// query's positions) over tiles of the cache's [c | k_pe] rows (flash_tile.cuh: the values are
+// the rows' c). One slice (gridDim.z == 1): ctx written normalised; several: each slice's part
+// ((t, h, z): rank + 4 floats), merged by mla_merge_kernel. The slices are taken at run time
+// from *pos_at (a recorded step keeps its slice count while the context grows).
+constexpr int kFlashWarps = 16, kHeadsPerWarp = 2, kGroup = kFlashWarps * kHeadsPerWarp, kChunks = 4,
+              kMaxFlashRank = 128 * kChunks;
+
+// Shared floats: a tile of rows, then the group's scaled queries (rank + rope_dim a head).
+__host__ __device__ inline int64_t flash_floats(int rank, int rope) {
+  return int64_t(kFlashTile) * flash_row(rank + rope) + int64_t(kGroup) * (rank + rope);
+}
+
+__global__ void __launch_bounds__(kFlashWarps * 32)
+    mla_flash_kernel(MlaDev a, const float* qc, const float* qpe, const float* cache_c, const float* cache_kpe,
+                     const int32_t* pos_at, float* ctx, float* part) {
+  extern __shared__ float4 smem4[];
+  float* const tile = reinterpret_cast<float*>(smem4);
+  const int R = a.rank, P = a.rope_dim, W = R + P, H = a.n_heads, row = flash_row(W);
+  float* const qs = tile + kFlashTile * row;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, h0 = blockIdx.x * kGroup;
+  const int64_t t = blockIdx.y, S = gridDim.z;
+  const Slice sl = flash_slice(0, *pos_at + t + 1, blockIdx.z, S);
+  for (int i = threadIdx.x; i < kGroup * W; i += blockDim.x) {
+    const int hl = i / W, d = i % W, h = h0 + hl;
+    float v = 0.0f;
+    if (h < H) v = d < R ? qc[(t * H + h) * R + d] : qpe[(t * H + h) * P + d - R];
+    qs[hl * W + d] = v * a.scale;
   }
-  __syncthreads();
-  const float sum = block_exp_sum<kAttWarps>(sc, n, red);
-  for (int d = threadIdx.x; d < R; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t p = 0; p < n; ++p) acc += sc[p] * cache_c[p * R + d];
-    ctx[(t * a.n_heads + h) * R + d] = acc / sum;
+  FlashAcc<kHeadsPerWarp, kChunks> f;
+  const int W4 = W / 4, R4 = R / 4;
+  for (int64_t b = sl.p0; b < sl.p1; b += kFlashTile) {
+    const int np = int(min(int64_t(kFlashTile), sl.p1 - b));
+    __syncthreads();  // the previous tile is read
+    for (int i = threadIdx.x; i < np * W4; i += blockDim.x) {
+      const int r = i / W4, c4 = i % W4;
+      const float* src = c4 < R4 ? cache_c + (b + r) * R + 4 * c4 : cache_kpe + (b + r) * P + 4 * (c4 - R4);
+      *reinterpret_cast<float4*>(tile + r * row + 4 * c4) = *reinterpret_cast<const float4*>(src);
+    }
+    __syncthreads();
+    float sc[kHeadsPerWarp];
+    flash_scores(sc, tile + min(lane, np - 1) * row, qs + warp * kHeadsPerWarp * W, W, W4);
+    f.add(sc, np, tile, row, R);
   }
+#pragma unroll
+  for (int j = 0; j < kHeadsPerWarp; ++j) {
+    const int h = h0 + warp * kHeadsPerWarp + j;
+    if (h >= H) continue;
+    float* o = ctx + (t * H + h) * R;
+    f.store(j, R, S > 1, S > 1 ? part + ((t * H + h) * S + blockIdx.z) * (R + 4) : nullptr,
+            [&](int d, float4 v) { *reinterpret_cast<float4*>(o + d) = v; });
+  }
+}
+
+// Block (h, t): the slices' parts of mla_flash_kernel merged and normalised into ctx.
+__global__ void mla_merge_kernel(MlaDev a, const float* part, int S, float* ctx) {
+  const int h = blockIdx.x, R = a.rank;
+  const int64_t t = blockIdx.y;
+  merge_softmax_parts(part + (t * a.n_heads + h) * S * (R + 4), S, R + 4, 4, R,
+                      [&](int d, float o) { ctx[(t * a.n_heads + h) * R + d] = o; });
 }
 
 // att (T, H * v_dim): row j of head h's value block of kv_b, [h * kvd + nope + j], dotted with
@@ -105,7 +140,15 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) unabsorb_kernel(MlaDev a, 
 
 }  // namespace
 
-bool mla_fits(const MlaDev& a) { return a.rope_dim <= kMaxRope && a.rope_dim % 2 == 0 && a.rank <= kMaxRank; }
+bool mla_fits(const MlaDev& a) {
+  return a.rope_dim <= kMaxRope && a.rope_dim % 4 == 0 && a.rank % 4 == 0 && a.rank <= kMaxFlashRank &&
+         flash_floats(a.rank, a.rope_dim) * int64_t(sizeof(float)) <= smem_optin();
+}
+
+int mla_splits(const MlaDev& a, int64_t T, int64_t ctx_max) {
+  const int64_t groups = (a.n_heads + kGroup - 1) / kGroup;
+  return split_slices(groups * T, ctx_max, kFlashSlicePositions);
+}
 
 void mla_prep(const MlaDev& a, const float* q, const float* kv, int64_t T, const int32_t* pos, float* qpe,
               float* cache_c, float* cache_kpe, cudaStream_t s) {
@@ -125,12 +168,20 @@ void mla_absorb_q(const MlaDev& a, const DW& wkv_b, const float* q, int64_t T, f
 }
 
 void mla_attend(const MlaDev& a, const float* qc, const float* qpe, const float* cache_c, const float* cache_kpe,
-                int64_t T, const int32_t* pos, int64_t ctx_max, float* ctx, cudaStream_t s) {
+                int64_t T, const int32_t* pos, float* ctx, cudaStream_t s, int splits, float* part) {
   if (T == 0) return;
-  MF_ASSERT(ctx_max <= kScoresMax);
-  mla_attend_kernel<<<dim3(unsigned(a.n_heads), unsigned(T)), kAttWarps * 32, 0, s>>>(a, qc, qpe, cache_c, cache_kpe,
-                                                                                     pos, ctx);
+  MF_ASSERT(splits >= 1 && splits <= kMaxSplits && (splits == 1 || part));
+  const size_t bytes = size_t(flash_floats(a.rank, a.rope_dim)) * sizeof(float);
+  static const bool once =
+      (MF_CUDA(cudaFuncSetAttribute(mla_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin()))), true);
+  (void)once;
+  const unsigned groups = unsigned((a.n_heads + kGroup - 1) / kGroup);
+  mla_flash_kernel<<<dim3(groups, unsigned(T), unsigned(splits)), kFlashWarps * 32, bytes, s>>>(a, qc, qpe, cache_c,
+                                                                                                cache_kpe, pos, ctx, part);
   MF_CUDA_LAUNCHED("mla_attend");
+  if (splits == 1) return;
+  mla_merge_kernel<<<dim3(unsigned(a.n_heads), unsigned(T)), 128, 0, s>>>(a, part, splits, ctx);
+  MF_CUDA_LAUNCHED("mla_merge");
 }
 
 void mla_unabsorb(const MlaDev& a, const DW& wkv_b, const float* ctx, int64_t T, float* att, cudaStream_t s) {
@@ -142,7 +193,5 @@ void mla_unabsorb(const MlaDev& a, const DW& wkv_b, const float* ctx, int64_t T,
   });
   MF_CUDA_LAUNCHED("mla_unabsorb");
 }
-
-int64_t mla_max_context() { return kScoresMax; }
 
 }  // namespace moeflux::cuda
