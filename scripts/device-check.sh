@@ -33,7 +33,9 @@
 #               "512 4096") on PREFILL_MODELS (default as LONG_MODELS); with ALT set, --alternate
 #               $ALT, else --profile (device time per stage)
 #   cuda-ncu    Nsight Compute's duration of each kernel of the first decode tokens (8 layers of
-#               qwen3-30b-a3b; --clock-control none), summed by kernel name
+#               qwen3-30b-a3b; --clock-control none), summed by kernel name; NCU_BENCH: the bench
+#               arguments instead (default "-p 0 -n 3 -r 1"; "-p 512 -n 0 -r 1": a prefill);
+#               NCU_KERNELS: the sections of one launch of each kernel matching these
 #   cuda-sass   Nsight Compute's per-instruction counters (executed, stall samples) of the 21st
 #               launch of each kernel matching SASS_KERNELS (default "gate_up_vec matvec_vec") in
 #               those tokens, summarised by scripts/sass-summary.py (CSVs under $OUT)
@@ -126,7 +128,7 @@ for s in $steps; do
       q=$(synth qwen3-30b-a3b 8)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum -c 400 --csv --page raw \
-        $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 3 -r 1 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+        $W/build/src/moeflux bench --backend cuda -m "$q" ${NCU_BENCH:--p 0 -n 3 -r 1} >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
       python3 - "$OUT/ncu.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
@@ -141,10 +143,10 @@ for r in rows[2:]:
 for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
     print(f"{k:42s} n={cnt[k]:4d} total={v/1e3:9.1f} us  mean={v/cnt[k]/1e3:8.2f} us")
 PY
-      [ -n "${NCU_KERNELS:-}" ] && for kname in $NCU_KERNELS; do
-        timeout 200 "$NCU" --clock-control none -k "regex:$kname" -s 20 -c 1 --section SpeedOfLight \
+      [ -n "${NCU_KERNELS:-}" ] && for kname in $NCU_KERNELS; do  # NCU_SKIP: launches of it skipped first (default 20)
+        timeout 200 "$NCU" --clock-control none -k "regex:$kname" -s "${NCU_SKIP:-20}" -c 1 --section SpeedOfLight \
           --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section InstructionStats \
-          $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 3 -r 1 2>&1 | tee "$OUT/ncu-$kname.txt" |
+          $W/build/src/moeflux bench --backend cuda -m "$q" ${NCU_BENCH:--p 0 -n 3 -r 1} 2>&1 | tee "$OUT/ncu-$kname.txt" |
           grep -E "^  [A-Z]|Duration|Throughput|Stall|Occupancy|Registers|Warp Cycles|Issued|Eligible|Hit Rate|Block Size|Grid Size|Pipe|Executed Ipc|Instructions" | head -80
       done
       ;;

@@ -76,23 +76,20 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2) matvec_x1_kernel(Shared
   }
 }
 
+// Attribute A of the current device, read once per thread while the device stays current.
+template <cudaDeviceAttr A>
+int device_attribute() {
+  thread_local int device = -1, n = 0;
+  int d = 0;
+  MF_CUDA(cudaGetDevice(&d));
+  if (d != device) MF_CUDA(cudaDeviceGetAttribute(&n, A, d)), device = d;
+  return n;
+}
+
 }  // namespace
 
-int multiprocessors() {
-  thread_local int device = -1, n = 0;
-  int d = 0;
-  MF_CUDA(cudaGetDevice(&d));
-  if (d != device) MF_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d)), device = d;
-  return n;
-}
-
-int64_t smem_optin() {
-  thread_local int device = -1, n = 0;
-  int d = 0;
-  MF_CUDA(cudaGetDevice(&d));
-  if (d != device) MF_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, d)), device = d;
-  return n;
-}
+int multiprocessors() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
+int64_t smem_optin() { return device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(); }
 
 namespace {
 
