@@ -1,12 +1,14 @@
 // The backend op table: every case of backend_op_cases.h on every registered backend (and
-// every A/B switch of a backend other than cpu flipped) against `ref`, within the case's relative L2 (over the entries finite in both) and non-finite exactly
-// where ref's are. The CPU backend also runs at every instruction set this machine has, with
-// 4-bit weights in file order (1 thread) and rewritten into the group-lane layout (3 threads).
-// A backend that does not support an op on a format skips that case.
+// every A/B switch of a backend other than cpu flipped; $MOEFLUX_TEST_FLIPS: only those named)
+// against `ref`, within the case's relative L2 (over the entries finite in both) and non-finite
+// exactly where ref's are. The CPU backend also runs at every instruction set this machine has,
+// with 4-bit weights in file order (1 thread) and rewritten into the group-lane layout (3
+// threads). A backend that does not support an op on a format skips that case.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "backend/backend_op_cases.h"
@@ -44,8 +46,10 @@ const std::vector<Variant>& variants() {
       }
       vs.push_back({name, named(name), ""});
       if (name != "cpu") {  // each A/B switch's other arm (the CPU's are process-wide: cpu_features.h)
+        const char* only = std::getenv("MOEFLUX_TEST_FLIPS");  // a space-separated list: these alone
         for (const std::string& sw : make_backend(named(name))->ab_switches())
-          vs.push_back({name + " " + sw + " flipped", named(name), sw});
+          if (!only || (" " + std::string(only) + " ").find(" " + sw + " ") != std::string::npos)
+            vs.push_back({name + " " + sw + " flipped", named(name), sw});
         continue;
       }
       for (CpuIsa isa : test::cpu_isas_available())
