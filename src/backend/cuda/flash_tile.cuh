@@ -11,7 +11,7 @@ namespace moeflux::cuda {
 
 constexpr int kFlashTile = 32;
 // The fewest positions a split-K slice of the tiled kernels takes.
-constexpr int64_t kFlashSlicePositions = 32;
+constexpr int64_t kFlashSlicePositions = 128;
 
 // A tile row's stride in floats for rows of w floats: whole float4s, an odd number of them (a
 // lane per row then reads float4s without bank conflicts).
