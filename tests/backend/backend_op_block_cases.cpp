@@ -38,7 +38,7 @@ Steps mixer_steps(int n_seqs, int64_t prefill = kPrefillT) {
 }
 
 // A first chunk long enough that the GPU's decode attention splits each query's positions into
-// slices (split-K: attention.cu's from 512 positions, mla.cu's from 128).
+// slices (split-K: from 128 positions in the tiled kernels, 512 with a block per query head).
 constexpr int64_t kLongPrefill = 2500;
 
 std::string seqs_name(int n_seqs) { return n_seqs == 1 ? "" : "_" + std::to_string(n_seqs) + "seqs"; }
