@@ -1,8 +1,8 @@
 // MLA on the device, in the latent space (the absorbed form): new tokens' q_pe and k_pe
 // de-interleaved and roped, kv_a_layernorm(c) and k_pe appended to the latent cache; each
 // head's q_nope folded through kv_b's key block (q_c = W_kb^T q_nope); attention over (c, k_pe)
-// with scores and softmax in shared memory; each head's context unfolded through kv_b's value
-// block.
+// in tiles of positions shared by 32 heads (flash_tile.cuh), split-K over long contexts; each
+// head's context unfolded through kv_b's value block.
 #include <cmath>
 
 #include "backend/cuda/block_math.cuh"
