@@ -240,7 +240,6 @@ __global__ void __launch_bounds__(kGqaHeads * 32)
 // lanes over float4 slices of the head). head_dim a multiple of 4.
 constexpr int kScoreWarps = 8, kScoresMax = 8192, kUnroll = 4;
 
-__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
 __global__ void __launch_bounds__(kScoreWarps * 32)
@@ -351,10 +350,7 @@ void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float*
   if (T == 0) return;
   MF_ASSERT(splits >= 1 && splits <= kMaxSplits && (splits == 1 || part));
   if (flash && gqa_flash_fits(a)) {
-    static const bool once = (MF_CUDA(cudaFuncSetAttribute(gqa_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                           int(smem_optin()))),
-                              true);
-    (void)once;
+    allow_smem<gqa_flash_kernel>(int(smem_optin()));
     launch_smem("gqa_flash", gqa_flash_kernel, dim3(unsigned(gqa_flash_blocks(a)), unsigned(T), unsigned(splits)),
                 dim3(kGqaHeads * 32), size_t(gqa_flash_floats(a.head_dim)) * sizeof(float), s, a, q, gate, k, v, pos, att,
                 part);

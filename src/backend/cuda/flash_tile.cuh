@@ -21,7 +21,7 @@ __host__ __device__ inline int flash_row(int w) {
   return r;
 }
 
-__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
 // sc[j] = row . q_j over w4 float4s (q_j at q + j * qstride), for the warp's lanes' rows.
 template <int HW>
@@ -29,10 +29,10 @@ __device__ __forceinline__ void flash_scores(float (&sc)[HW], const float* row, 
 #pragma unroll
   for (int j = 0; j < HW; ++j) sc[j] = 0.0f;
   for (int k = 0; k < w4; ++k) {
-    const float4 x = lds4(row + 4 * k);
+    const float4 x = ld4(row + 4 * k);
 #pragma unroll
     for (int j = 0; j < HW; ++j) {
-      const float4 y = lds4(q + j * qstride + 4 * k);
+      const float4 y = ld4(q + j * qstride + 4 * k);
       sc[j] = fmaf(y.x, x.x, fmaf(y.y, x.y, fmaf(y.z, x.z, fmaf(y.w, x.w, sc[j]))));
     }
   }
@@ -77,7 +77,7 @@ struct FlashAcc {
       for (int c = 0; c < CH; ++c) {
         const int d = 4 * lane + 128 * c;
         if (d < n) {
-          const float4 x = lds4(vt + r * vstride + d);
+          const float4 x = ld4(vt + r * vstride + d);
 #pragma unroll
           for (int j = 0; j < HW; ++j) {
             acc[j][c].x = fmaf(w[j], x.x, acc[j][c].x), acc[j][c].y = fmaf(w[j], x.y, acc[j][c].y);

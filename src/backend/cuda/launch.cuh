@@ -35,6 +35,14 @@ __device__ __forceinline__ void prefetch_l2_span(const uint8_t* p, int64_t bytes
   for (int64_t o = int64_t(lane) * 128; o < bytes; o += 32 * 128) prefetch_l2(p + o);
 }
 
+// Lets Kernel take up to `bytes` of dynamic shared memory (beyond the default 48 KB): set once
+// per kernel (the process's current device).
+template <auto Kernel>
+void allow_smem(int bytes) {
+  static const bool once = (MF_CUDA(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)), true);
+  (void)once;
+}
+
 // launch() with `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
 void launch_smem(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,

@@ -9,6 +9,7 @@
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
 #include "backend/cuda/flash_tile.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace moeflux::cuda {
 
@@ -172,9 +173,7 @@ void mla_attend(const MlaDev& a, const float* qc, const float* qpe, const float*
   if (T == 0) return;
   MF_ASSERT(splits >= 1 && splits <= kMaxSplits && (splits == 1 || part));
   const size_t bytes = size_t(flash_floats(a.rank, a.rope_dim)) * sizeof(float);
-  static const bool once =
-      (MF_CUDA(cudaFuncSetAttribute(mla_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin()))), true);
-  (void)once;
+  allow_smem<mla_flash_kernel>(int(smem_optin()));
   const unsigned groups = unsigned((a.n_heads + kGroup - 1) / kGroup);
   mla_flash_kernel<<<dim3(groups, unsigned(T), unsigned(splits)), kFlashWarps * 32, bytes, s>>>(a, qc, qpe, cache_c,
                                                                                                 cache_kpe, pos, ctx, part);

@@ -22,6 +22,7 @@
 
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/dot_rows.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_rows.cuh"
 
 namespace moeflux::cuda {
@@ -95,13 +96,6 @@ void with_tc_shape(int fmt, Fn&& fn) {
   });
 }
 
-// The kernels' dynamic shared memory exceeds the default 48 KB for 8-bit weights: raised once
-// per kernel (the process's current device).
-template <auto Kernel>
-void allow_smem(int bytes) {
-  static const bool once = (MF_CUDA(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)), true);
-  (void)once;
-}
 
 // Element (i, j, r) of tc_tile's acc: its row of the tile and its column (0 .. kTcN).
 template <int MT>
