@@ -207,7 +207,6 @@ bool CudaBackend::ab_switch(const std::string& name) const {
   if (name == "tc_prefill") return tc_prefill_;
   if (name == "scan_insert") return scan_insert_;
   if (name == "flash_attention") return flash_attention_;
-  if (name == "tc_warps16") return tc_warps16();
   return Backend::ab_switch(name);
 }
 
@@ -219,7 +218,6 @@ void CudaBackend::set_ab_switch(const std::string& name, bool on) {
   else if (name == "tc_prefill") tc_prefill_ = on;
   else if (name == "scan_insert") scan_insert_ = on;
   else if (name == "flash_attention") flash_attention_ = on;
-  else if (name == "tc_warps16") tc_warps16() = on;
   else Backend::set_ab_switch(name, on);
 }
 

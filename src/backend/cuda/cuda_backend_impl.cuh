@@ -58,8 +58,7 @@ class CudaBackend final : public Backend {
   // steps recorded as graphs, the kernels of launch.cuh start while the kernel before them
   // drains, their weights coming into L2 meanwhile (no switch).
   std::vector<std::string> ab_switches() const override {
-    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert", "flash_attention",
-            "tc_warps16"};
+    return {"wide_rows", "prefill_prefetch", "step_graphs", "device_tables", "tc_prefill", "scan_insert", "flash_attention"};
   }
   bool ab_switch(const std::string& name) const override;
   void set_ab_switch(const std::string& name, bool on) override;

@@ -196,9 +196,6 @@ constexpr int kTcRows = 16, kTcM = 32;
 // Whether w runs on tensor cores: format, group, rows whole 16-byte chunks (and its data
 // 16-byte aligned where the view has it).
 bool tc_rows(const DW& w);
-// Whether the tensor-core tiles run sixteen warps a block, each over half of the tile's rows
-// (the tc_warps16 A/B switch; else eight over all of them).
-bool& tc_warps16();
 // ys[i] = x ws[i]^T, every ws[i] tc_rows with ws[0]'s cols; temporaries from pool.
 void matmul_tc(std::span<const DW> ws, const float* x, int64_t T, std::span<float* const> ys, DevicePool& pool,
                cudaStream_t s);

@@ -27,11 +27,6 @@
 
 namespace moeflux::cuda {
 
-bool& tc_warps16() {
-  static bool on = false;
-  return on;
-}
-
 namespace {
 
 // A warp per row: e such that max |x * 2^e| is in [2^13, 2^14) (e = 0 for a row of zeros or with
@@ -87,46 +82,31 @@ void with_tc_fmt(int fmt, Fn&& fn) {
   else MF_ASSERT(!"tensor-core rows: affine 4-bit or 8-bit only");
 }
 
-// ... and the tile's warps: fn(F, integral_constant<MT>) (tc_warps16: MT = 1).
-template <typename Fn>
-void with_tc_shape(int fmt, Fn&& fn) {
-  with_tc_fmt(fmt, [&](auto f) {
-    if (tc_warps16()) fn(f, std::integral_constant<int, 1>{});
-    else fn(f, std::integral_constant<int, 2>{});
-  });
-}
-
 
 // Element (i, j, r) of tc_tile's acc: its row of the tile and its column (0 .. kTcN).
-template <int MT>
-__device__ __forceinline__ int acc_row(int i, int r) {
-  const int mh = MT == 1 ? int(threadIdx.x / 32) / kTcWarps : 0;
-  return 16 * (i + mh) + (threadIdx.x % 32) / 4 + 8 * (r / 2);
-}
+__device__ __forceinline__ int acc_row(int i, int r) { return 16 * i + (threadIdx.x % 32) / 4 + 8 * (r / 2); }
 __device__ __forceinline__ int acc_col(int j, int r) {
-  return (int(threadIdx.x / 32) % kTcWarps) * 32 + 8 * j + 2 * (threadIdx.x % 4) + r % 2;
+  return (threadIdx.x / 32) * 32 + 8 * j + 2 * (threadIdx.x % 4) + r % 2;
 }
-// Whether this thread's warp computes gate rows of gate_up_tc_kernel's tile (the first half).
-__device__ __forceinline__ bool gate_warp() { return int(threadIdx.x / 32) % kTcWarps * 32 < kTcHalf; }
 
 // Calls out(m, n, v) for each element of the tile's acc in rows m < used and columns
 // n0 + (0 .. kTcN) below cols.
-template <int MT, typename Out>
-__device__ __forceinline__ void store_acc(const float (&acc)[MT][4][4], int used, int64_t n0, int64_t cols, Out out) {
+template <typename Out>
+__device__ __forceinline__ void store_acc(const float (&acc)[2][4][4], int used, int64_t n0, int64_t cols, Out out) {
 #pragma unroll
-  for (int i = 0; i < MT; ++i)
+  for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int m = acc_row<MT>(i, r);
+        const int m = acc_row(i, r);
         const int64_t n = n0 + acc_col(j, r);
         if (m < used && n < cols) out(m, n, acc[i][j][r]);
       }
 }
 
-template <int F, int MT>
-__global__ void __launch_bounds__(kTcThreadsOf<MT>, 1) matmul_tc_kernel(TcDense d, XSplit xs, int64_t T) {
+template <int F>
+__global__ void __launch_bounds__(kTcThreads, 1) matmul_tc_kernel(TcDense d, XSplit xs, int64_t T) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int32_t xrow[kTcM];
   TcView w;
@@ -138,9 +118,9 @@ __global__ void __launch_bounds__(kTcThreadsOf<MT>, 1) matmul_tc_kernel(TcDense 
   if (threadIdx.x < kTcM) xrow[threadIdx.x] = int32_t(m0 + min(int(threadIdx.x), used - 1));
   __syncthreads();
   const TcHalves hw{w, w, n0, n0 + kTcHalf};
-  float acc[MT][4][4];
-  tc_tile<F, MT>(xs, xrow, used, hw, smem, acc);
-  store_acc<MT>(acc, used, n0, w.rows, [&](int m, int64_t n, float v) { y[(m0 + m) * w.rows + n] = v * xs.inv[m0 + m]; });
+  float acc[2][4][4];
+  tc_tile<F>(xs, xrow, used, hw, smem, acc);
+  store_acc(acc, used, n0, w.rows, [&](int m, int64_t n, float v) { y[(m0 + m) * w.rows + n] = v * xs.inv[m0 + m]; });
 }
 
 // The tile's pairs (tiles of group_pairs): x rows (gate / up: tokens p / k; down: pairs p)
@@ -164,8 +144,8 @@ __device__ __forceinline__ bool tile_rows(const PairTiles& pt, int32_t k, const 
 // Block (x, tile): hidden rows [x * kTcHalf, (x + 1) * kTcHalf) of gate (warps 0-3) and up
 // (warps 4-7); up's results go through shared memory to the gate warps, which write
 // silu(gate) * up.
-template <int F, int MT>
-__global__ void __launch_bounds__(kTcThreadsOf<MT>, 1)
+template <int F>
+__global__ void __launch_bounds__(kTcThreads, 1)
     gate_up_tc_kernel(const DW* table, int64_t hidden, XSplit xs, int32_t k, PairTiles pt, float* h) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int32_t xrow[kTcM], pair[kTcM];
@@ -173,23 +153,23 @@ __global__ void __launch_bounds__(kTcThreadsOf<MT>, 1)
   if (!tile_rows(pt, k, table, 0, xrow, pair, used, e)) return;
   const int64_t n0 = int64_t(blockIdx.x) * kTcHalf;
   const TcHalves hw{tc_view(table[3 * e]), tc_view(table[3 * e + 1]), n0, n0};
-  float acc[MT][4][4];
-  tc_tile<F, MT>(xs, xrow, used, hw, smem, acc);
+  float acc[2][4][4];
+  tc_tile<F>(xs, xrow, used, hw, smem, acc);
   float* up = reinterpret_cast<float*>(smem);  // (kTcM, kTcHalf): the stages are free
-  const bool gate = gate_warp();
+  const bool gate = threadIdx.x / 32 * 32 < kTcHalf;
   if (!gate)
-    store_acc<MT>(acc, kTcM, 0, kTcN, [&](int m, int64_t n, float v) { up[m * kTcHalf + n - kTcHalf] = v * xs.inv[xrow[m]]; });
+    store_acc(acc, kTcM, 0, kTcN, [&](int m, int64_t n, float v) { up[m * kTcHalf + n - kTcHalf] = v * xs.inv[xrow[m]]; });
   __syncthreads();
   if (!gate) return;
-  store_acc<MT>(acc, used, 0, hidden - n0, [&](int m, int64_t n, float v) {
+  store_acc(acc, used, 0, hidden - n0, [&](int m, int64_t n, float v) {
     const float a = v * xs.inv[xrow[m]], b = up[m * kTcHalf + n];
     h[int64_t(pair[m]) * hidden + n0 + n] = a / (1.0f + expf(-a)) * b;
   });
 }
 
 // Block (x, tile): down rows [x * kTcN, (x + 1) * kTcN) over the tile's pairs' h.
-template <int F, int MT>
-__global__ void __launch_bounds__(kTcThreadsOf<MT>, 1)
+template <int F>
+__global__ void __launch_bounds__(kTcThreads, 1)
     down_tc_kernel(const DW* table, int64_t dim, XSplit xs, PairTiles pt, float* y) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int32_t xrow[kTcM], pair[kTcM];
@@ -198,9 +178,9 @@ __global__ void __launch_bounds__(kTcThreadsOf<MT>, 1)
   const int64_t n0 = int64_t(blockIdx.x) * kTcN;
   const TcView d = tc_view(table[3 * e + 2]);
   const TcHalves hw{d, d, n0, n0 + kTcHalf};
-  float acc[MT][4][4];
-  tc_tile<F, MT>(xs, xrow, used, hw, smem, acc);
-  store_acc<MT>(acc, used, n0, dim, [&](int m, int64_t n, float v) { y[int64_t(pair[m]) * dim + n] = v * xs.inv[xrow[m]]; });
+  float acc[2][4][4];
+  tc_tile<F>(xs, xrow, used, hw, smem, acc);
+  store_acc(acc, used, n0, dim, [&](int m, int64_t n, float v) { y[int64_t(pair[m]) * dim + n] = v * xs.inv[xrow[m]]; });
 }
 
 }  // namespace
@@ -229,10 +209,10 @@ void matmul_tc(std::span<const DW> ws, const float* x, int64_t T, std::span<floa
     }
     for (int j = n + 1; j <= kMaxTc; ++j) d.first[j] = INT32_MAX;
     const dim3 grid(unsigned(d.first[n]), unsigned((T + kTcM - 1) / kTcM));
-    with_tc_shape(fmt, [&](auto f, auto mt) {
-      constexpr int F = decltype(f)::value, MT = decltype(mt)::value;
-      allow_smem<matmul_tc_kernel<F, MT>>(kTcSmem<F>);
-      matmul_tc_kernel<F, MT><<<grid, kTcThreadsOf<MT>, kTcSmem<F>, s>>>(d, xs, T);
+    with_tc_fmt(fmt, [&](auto f) {
+      constexpr int F = decltype(f)::value;
+      allow_smem<matmul_tc_kernel<F>>(kTcSmem<F>);
+      matmul_tc_kernel<F><<<grid, kTcThreads, kTcSmem<F>, s>>>(d, xs, T);
     });
     MF_CUDA_LAUNCHED("matmul_tc");
   }
@@ -244,10 +224,10 @@ void experts_gate_up_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, c
   Scratch sc(pool);
   const XSplit xs = split_rows(x, pt.pairs / k, dim, sc, s);
   const dim3 grid(unsigned((hidden + kTcHalf - 1) / kTcHalf), unsigned(pt.tc_max));
-  with_tc_shape(fmt, [&](auto f, auto mt) {
-    constexpr int F = decltype(f)::value, MT = decltype(mt)::value;
-    allow_smem<gate_up_tc_kernel<F, MT>>(kTcSmem<F>);
-    gate_up_tc_kernel<F, MT><<<grid, kTcThreadsOf<MT>, kTcSmem<F>, s>>>(table, hidden, xs, k, pt, h);
+  with_tc_fmt(fmt, [&](auto f) {
+    constexpr int F = decltype(f)::value;
+    allow_smem<gate_up_tc_kernel<F>>(kTcSmem<F>);
+    gate_up_tc_kernel<F><<<grid, kTcThreads, kTcSmem<F>, s>>>(table, hidden, xs, k, pt, h);
   });
   MF_CUDA_LAUNCHED("experts_gate_up_tc");
 }
@@ -258,10 +238,10 @@ void experts_down_tc(const DW* table, int fmt, int64_t hidden, int64_t dim, cons
   Scratch sc(pool);
   const XSplit xs = split_rows(h, pt.pairs, hidden, sc, s);
   const dim3 grid(unsigned((dim + kTcN - 1) / kTcN), unsigned(pt.tc_max));
-  with_tc_shape(fmt, [&](auto f, auto mt) {
-    constexpr int F = decltype(f)::value, MT = decltype(mt)::value;
-    allow_smem<down_tc_kernel<F, MT>>(kTcSmem<F>);
-    down_tc_kernel<F, MT><<<grid, kTcThreadsOf<MT>, kTcSmem<F>, s>>>(table, dim, xs, pt, y);
+  with_tc_fmt(fmt, [&](auto f) {
+    constexpr int F = decltype(f)::value;
+    allow_smem<down_tc_kernel<F>>(kTcSmem<F>);
+    down_tc_kernel<F><<<grid, kTcThreads, kTcSmem<F>, s>>>(table, dim, xs, pt, y);
   });
   MF_CUDA_LAUNCHED("experts_down_tc");
 }

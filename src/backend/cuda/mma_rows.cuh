@@ -21,12 +21,6 @@ namespace moeflux::cuda {
 // x: the block's weight rows are two halves of kTcHalf (dense: consecutive rows of one weight;
 // gate / up: the same rows of each).
 constexpr int kTcWarps = 8, kTcThreads = 32 * kTcWarps, kTcN = 32 * kTcWarps, kTcHalf = kTcN / 2;
-// MT: the 16-row halves of the tile a warp computes: 2, eight warps over all kTcM rows; 1,
-// sixteen warps, warps w and w + 8 over the same weight rows, each over one half (half the
-// accumulators a thread, twice the warps to hide latency; a weight chunk's codes converted by
-// both). The copies into shared memory are the first kTcThreads threads' either way.
-template <int MT>
-constexpr int kTcThreadsOf = kTcThreads * 2 / MT;
 // TODO(perf, once measured on a GPU): ptxas gives the kernels ~200 registers a thread (two sets
 // of accumulators: per group and in all), so one block of 8 warps runs per SM.
 constexpr int kTcStages = 3, kTcChunks = 2;  // a stage: two chunks of 32 columns
@@ -79,21 +73,17 @@ __device__ __forceinline__ void chunk_codes(const uint8_t* p, uint32_t (&b)[4]) 
   }
 }
 
-// acc[i][j][r] (every thread) = the tile's y for row m = 16 (i + mh) + lane / 4 + 8 (r / 2)
-// (mh = warp / 8 when MT == 1, else 0), weight row n = 32 (warp % 8) + 8 j + 2 (lane % 4) + r % 2
-// (half n / kTcHalf), in units of x * 2^e (times
+// acc[i][j][r] (every thread) = the tile's y for row m = 16 i + lane / 4 + 8 (r / 2), weight row
+// n = 32 warp + 8 j + 2 (lane % 4) + r % 2 (half n / kTcHalf), in units of x * 2^e (times
 // xs.inv[xrow[m]] to finish). xrow: the block's kTcM rows of x (shared memory; past `used`
 // rows, any valid row); used > 16 runs both 16-row halves of the tile, else the first only.
 // Ends with the stages' memory free for the caller.
 // PRECOND: xs.cols % 32 == 0, the weights' groups >= 32, their rows 16-byte aligned (tc_rows).
-template <int F, int MT>
+template <int F>
 __device__ __forceinline__ void tc_tile(const XSplit& xs, const int32_t* xrow, int used, const TcHalves& hw,
-                                        uint8_t* smem, float (&acc)[MT][4][4]) {
+                                        uint8_t* smem, float (&acc)[2][4][4]) {
   constexpr int CB = kTcChunkBytes<F>;
-  const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const int warp = (threadIdx.x / 32) % kTcWarps, mh = MT == 1 ? int(threadIdx.x / 32) / kTcWarps : 0;
-  const bool copier = threadIdx.x < kTcThreads;
-  const int t = threadIdx.x % kTcThreads;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tig = lane % 4;
   const int64_t K = xs.cols, n_chunks = K / 32, n_stages = (n_chunks + kTcChunks - 1) / kTcChunks;
 
   // This thread's copies each stage: weight row t of the tile (CB bytes a chunk); 16 bytes of
@@ -105,7 +95,7 @@ __device__ __forceinline__ void tc_tile(const XSplit& xs, const int32_t* xrow, i
   const int sc = t / kTcM, sr = t % kTcM;
   const float* ssrc = xs.sums + int64_t(xrow[sr]) * n_chunks + sc;
   auto load = [&](int64_t st) {
-    if (copier && st < n_stages) {
+    if (st < n_stages) {
       uint8_t* b = smem + (st % kTcStages) * kTcStageBytes<F>;
       const int nc = int(min(int64_t(kTcChunks), n_chunks - st * kTcChunks));
       for (int c = 0; c < nc; ++c) {
@@ -125,11 +115,11 @@ __device__ __forceinline__ void tc_tile(const XSplit& xs, const int32_t* xrow, i
   const int64_t wrow0 = hw.r(warp * 32 / kTcHalf) + (warp * 32) % kTcHalf;
   const bool active = wrow0 < ww.rows;  // warp-uniform: a warp past the weight's rows only copies
   const int64_t gmask = (int64_t(1) << ww.group_shift) - 1;
-  const int mt = MT == 1 ? (mh == 0 || used > 16 ? 1 : 0) : (used > 16 ? 2 : 1);
+  const int mt = used > 16 ? 2 : 1;
 
-  float dot[MT][4][4], xsum[MT][2], sc_[4][2], bi_[4][2];
+  float dot[2][4][4], xsum[2][2], sc_[4][2], bi_[4][2];
 #pragma unroll
-  for (int i = 0; i < MT; ++i) {
+  for (int i = 0; i < 2; ++i) {
     xsum[i][0] = xsum[i][1] = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -145,7 +135,7 @@ __device__ __forceinline__ void tc_tile(const XSplit& xs, const int32_t* xrow, i
     load(st + kTcStages - 1);
     const uint8_t* b = smem + (st % kTcStages) * kTcStageBytes<F>;
     const int nc = int(min(int64_t(kTcChunks), n_chunks - st * kTcChunks));
-    if (!active || mt == 0) continue;
+    if (!active) continue;
     for (int c = 0; c < nc; ++c) {
       const int64_t col = (st * kTcChunks + c) * 32;
       if ((col & gmask) == 0) {  // a group starts: its scales and biases, used at its end
@@ -165,9 +155,9 @@ __device__ __forceinline__ void tc_tile(const XSplit& xs, const int32_t* xrow, i
         chunk_codes<F>(b + kTcXBytes + kTcSBytes + (c * kTcN + warp * 32 + 8 * j + g) * CB + tig * (CB / 4), bq[j]);
       const uint8_t* X = b + c * 2 * kTcM * 64 + tig * 16;  // hi plane; lo at + kTcM * 64
 #pragma unroll
-      for (int i = 0; i < MT; ++i) {
+      for (int i = 0; i < 2; ++i) {
         if (i >= mt) break;
-        const int r0 = 16 * (i + mh) + g;
+        const int r0 = 16 * i + g;
         xsum[i][0] += S[r0], xsum[i][1] += S[r0 + 8];
         const uint4 h0 = *reinterpret_cast<const uint4*>(X + r0 * 64);
         const uint4 h1 = *reinterpret_cast<const uint4*>(X + (r0 + 8) * 64);
@@ -183,7 +173,7 @@ __device__ __forceinline__ void tc_tile(const XSplit& xs, const int32_t* xrow, i
       }
       if (((col + 32) & gmask) == 0) {  // the group ends (K is a multiple of it)
 #pragma unroll
-        for (int i = 0; i < MT; ++i) {
+        for (int i = 0; i < 2; ++i) {
 #pragma unroll
           for (int j = 0; j < 4; ++j)
 #pragma unroll

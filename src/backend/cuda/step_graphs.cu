@@ -40,7 +40,7 @@ void CudaBackend::begin_step(const StepInfo& step) {
   // profiling times each op; the split arm waits for the host's work
   step_graphable_ = !step.host_reads && !profiling_ && step_graphs_ && step_arm_ != 1;
   step_key_.assign({uintptr_t(R), uintptr_t(S), uintptr_t(wide_), uintptr_t(device_tables_), uintptr_t(tc_prefill_),
-                    uintptr_t(flash_attention_), uintptr_t(tc_warps16())});
+                    uintptr_t(flash_attention_)});
   for (size_t i = 0; i < S; ++i) {
     const StepSeq& q = step.seqs[i];
     staging_[R + i] = int32_t(q.pos0);
