@@ -178,34 +178,44 @@ __global__ void gqa_merge_kernel(GqaDev a, const float* part, int S, const float
 // gated; several: each slice's part ((t, h, z): head_dim + 4 floats, the sum at +4), merged by
 // gqa_merge_kernel. The slices are taken at run time from *pos_at.
 constexpr int kGqaHeads = 8, kGqaChunks = kMaxHeadDim / 128;
+// Queries a block of a step of several rows (a prefill) takes: each tile of keys and values read
+// once for kGqaQueries x kGqaHeads (query, head) pairs, a warp a head over the queries.
+constexpr int kGqaQueries = 4;
 
-// Shared floats: a tile of keys, a tile of values, the block's scaled queries.
-__host__ __device__ inline int64_t gqa_flash_floats(int hd) {
-  return int64_t(kFlashTile) * (flash_row(hd) + hd) + int64_t(kGqaHeads) * hd;
+// Shared floats: a tile of keys, a tile of values, the block's scaled queries (Q a head).
+__host__ __device__ inline int64_t gqa_flash_floats(int hd, int Q) {
+  return int64_t(kFlashTile) * (flash_row(hd) + hd) + int64_t(kGqaHeads) * Q * hd;
 }
 
+// Block (x, y, z): kv head x / per_kv, its query heads from 8 (x % per_kv), queries [Q y, Q y +
+// Q) of the step, slice z of their positions (Q == 1 where there are slices). A query's
+// positions past its own (and before its window) are masked: each query gets the bits it gets
+// alone (Q == 1) where there is no window, the tiles then starting at position 0 for both.
+template <int Q>
 __global__ void __launch_bounds__(kGqaHeads * 32)
     gqa_flash_kernel(GqaDev a, const float* q, const float* gate, const float* k, const float* v, const int32_t* pos_at,
-                     float* att, float* part) {
+                     int64_t T, float* att, float* part) {
   await_previous();
   extern __shared__ float4 smem4[];
   const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads, per_kv = (G + kGqaHeads - 1) / kGqaHeads;
   const int kvh = blockIdx.x / per_kv, g0 = (blockIdx.x % per_kv) * kGqaHeads, krow = flash_row(hd);
   float* const ks = reinterpret_cast<float*>(smem4);
   float* const vs = ks + kFlashTile * krow;
-  float* const qs = vs + kFlashTile * hd;
+  float* const qs = vs + kFlashTile * hd;  // (head, query, hd)
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t t = blockIdx.y, idx = *pos_at + t, S = gridDim.z;
-  const int64_t first = a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : 0;
-  const Slice sl = flash_slice(first, idx + 1, blockIdx.z, S);
+  const int64_t t0 = int64_t(blockIdx.y) * Q, S = gridDim.z;
+  const int nq = int(min(int64_t(Q), T - t0));
+  const int64_t idx0 = *pos_at + t0;  // query j's index: idx0 + j
+  const auto first_of = [&](int64_t idx) { return a.window > 0 ? max(int64_t(0), idx + 1 - a.window) : int64_t(0); };
+  const Slice sl = flash_slice(first_of(idx0), idx0 + nq, blockIdx.z, S);
   const float scale = 1.0f / sqrtf(float(hd));
-  for (int i = threadIdx.x; i < kGqaHeads * hd; i += blockDim.x) {
-    const int j = i / hd, h = kvh * G + g0 + j;
-    qs[i] = g0 + j < G ? q[(t * a.n_heads + h) * hd + i % hd] * scale : 0.0f;
+  for (int i = threadIdx.x; i < kGqaHeads * Q * hd; i += blockDim.x) {
+    const int j = i / (Q * hd), qi = (i / hd) % Q, h = kvh * G + g0 + j;
+    qs[i] = g0 + j < G && qi < nq ? q[((t0 + qi) * a.n_heads + h) * hd + i % hd] * scale : 0.0f;
   }
   const int64_t stride = int64_t(a.n_kv_heads) * hd;
   const int hd4 = hd / 4;
-  FlashAcc<1, kGqaChunks> f;
+  FlashAcc<Q, kGqaChunks> f;
   for (int64_t b = sl.p0; b < sl.p1; b += kFlashTile) {
     const int np = int(min(int64_t(kFlashTile), sl.p1 - b));
     __syncthreads();  // the previous tile is read
@@ -216,22 +226,33 @@ __global__ void __launch_bounds__(kGqaHeads * 32)
       *reinterpret_cast<float4*>(vs + r * hd + c) = *reinterpret_cast<const float4*>(v + at);
     }
     __syncthreads();
-    float sc[1];
-    flash_scores(sc, ks + min(lane, np - 1) * krow, qs + warp * hd, hd, hd4);
+    float sc[Q];
+    flash_scores(sc, ks + min(lane, np - 1) * krow, qs + warp * Q * hd, hd, hd4);
+    if constexpr (Q > 1) {
+      const int64_t p = b + lane;
+#pragma unroll
+      for (int j = 0; j < Q; ++j)
+        if (p > idx0 + j || p < first_of(idx0 + j)) sc[j] = -INFINITY;
+    }
     f.add(sc, np, vs, hd, hd);
   }
   if (g0 + warp >= G) return;
   const int h = kvh * G + g0 + warp;
-  float* o = att + (t * a.n_heads + h) * hd;
-  const float* gt = a.gated ? gate + (t * a.n_heads + h) * hd : nullptr;
-  f.store(0, hd, S > 1, S > 1 ? part + ((t * a.n_heads + h) * S + blockIdx.z) * (hd + 4) : nullptr,
-          [&](int d, float4 r) {
-            if (gt) {
-              r.x *= 1.0f / (1.0f + expf(-gt[d])), r.y *= 1.0f / (1.0f + expf(-gt[d + 1]));
-              r.z *= 1.0f / (1.0f + expf(-gt[d + 2])), r.w *= 1.0f / (1.0f + expf(-gt[d + 3]));
-            }
-            *reinterpret_cast<float4*>(o + d) = r;
-          });
+#pragma unroll
+  for (int j = 0; j < Q; ++j) {
+    if (j >= nq) break;
+    const int64_t t = t0 + j;
+    float* o = att + (t * a.n_heads + h) * hd;
+    const float* gt = a.gated ? gate + (t * a.n_heads + h) * hd : nullptr;
+    f.store(j, hd, S > 1, S > 1 ? part + ((t * a.n_heads + h) * S + blockIdx.z) * (hd + 4) : nullptr,
+            [&](int d, float4 r) {
+              if (gt) {
+                r.x *= 1.0f / (1.0f + expf(-gt[d])), r.y *= 1.0f / (1.0f + expf(-gt[d + 1]));
+                r.z *= 1.0f / (1.0f + expf(-gt[d + 2])), r.w *= 1.0f / (1.0f + expf(-gt[d + 3]));
+              }
+              *reinterpret_cast<float4*>(o + d) = r;
+            });
+  }
 }
 
 // The same in three passes over a context of at most kScoresMax positions (decode): the scores
@@ -332,7 +353,7 @@ int split_slices(int64_t blocks, int64_t ctx_max, int64_t min_positions) {
 
 bool gqa_flash_fits(const GqaDev& a) {
   return a.head_dim % 4 == 0 && a.head_dim <= kMaxHeadDim && a.n_heads % a.n_kv_heads == 0 &&
-         gqa_flash_floats(a.head_dim) * int64_t(sizeof(float)) <= smem_optin();
+         gqa_flash_floats(a.head_dim, 1) * int64_t(sizeof(float)) <= smem_optin();
 }
 
 static int64_t gqa_flash_blocks(const GqaDev& a) {
@@ -350,10 +371,18 @@ void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float*
   if (T == 0) return;
   MF_ASSERT(splits >= 1 && splits <= kMaxSplits && (splits == 1 || part));
   if (flash && gqa_flash_fits(a)) {
-    allow_smem<gqa_flash_kernel>(int(smem_optin()));
-    launch_smem("gqa_flash", gqa_flash_kernel, dim3(unsigned(gqa_flash_blocks(a)), unsigned(T), unsigned(splits)),
-                dim3(kGqaHeads * 32), size_t(gqa_flash_floats(a.head_dim)) * sizeof(float), s, a, q, gate, k, v, pos, att,
-                part);
+    const size_t several = size_t(gqa_flash_floats(a.head_dim, kGqaQueries)) * sizeof(float);
+    if (T > 1 && splits == 1 && int64_t(several) <= smem_optin()) {
+      allow_smem<gqa_flash_kernel<kGqaQueries>>(int(smem_optin()));
+      launch_smem("gqa_flash", gqa_flash_kernel<kGqaQueries>,
+                  dim3(unsigned(gqa_flash_blocks(a)), unsigned((T + kGqaQueries - 1) / kGqaQueries)), dim3(kGqaHeads * 32),
+                  several, s, a, q, gate, k, v, pos, T, att, part);
+      return;
+    }
+    allow_smem<gqa_flash_kernel<1>>(int(smem_optin()));
+    launch_smem("gqa_flash", gqa_flash_kernel<1>, dim3(unsigned(gqa_flash_blocks(a)), unsigned(T), unsigned(splits)),
+                dim3(kGqaHeads * 32), size_t(gqa_flash_floats(a.head_dim, 1)) * sizeof(float), s, a, q, gate, k, v, pos, T,
+                att, part);
   } else if (splits > 1) {
     launch("gqa_split", gqa_split_kernel, dim3(unsigned(a.n_heads), unsigned(T), unsigned(splits)), dim3(kAttWarps * 32),
            s, a, q, k, v, pos, part);

@@ -52,8 +52,9 @@ struct FlashAcc {
     }
   }
 
-  // Lane i's scores sc[j] of tile row i (rows < np count) into the softmax, and the value rows
-  // (vt, stride vstride, n dims) weighted into the sums.
+  // Lane i's scores sc[j] of tile row i (rows < np count; -INFINITY: a row masked for head j)
+  // into the softmax, and the value rows (vt, stride vstride, n dims) weighted into the sums. A
+  // head with no row yet (every one masked) stays as it was.
   __device__ __forceinline__ void add(const float (&sc)[HW], int np, const float* vt, int vstride, int n) {
     const int lane = threadIdx.x & 31;
     float e[HW];
@@ -62,8 +63,8 @@ struct FlashAcc {
       float tm = lane < np ? sc[j] : -INFINITY;
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-      const float mn = fmaxf(m[j], tm), corr = expf(m[j] - mn);
-      e[j] = lane < np ? expf(sc[j] - mn) : 0.0f;
+      const float mn = fmaxf(m[j], tm), corr = mn == -INFINITY ? 1.0f : expf(m[j] - mn);
+      e[j] = lane < np && mn != -INFINITY ? expf(sc[j] - mn) : 0.0f;
       l[j] = l[j] * corr + warp_sum(e[j]);
       m[j] = mn;
 #pragma unroll
