@@ -1,8 +1,9 @@
 // GQA on the device: per-head preparation of new tokens (q/gate split, q/k RMSNorm, RoPE,
 // append to the KV cache) and causal attention with an online softmax: a block per (kv head,
 // query) over tiles of positions read once for its query heads (flash_tile.cuh; the
-// flash_attention switch), else a block per (query head, query); over long contexts with few
-// queries, blocks per slice of the positions whose parts a second kernel merges (split-K).
+// flash_attention switch), 4 queries a block in steps of several rows (prefill), else a block
+// per (query head, query); over long contexts with few queries, blocks per slice of the
+// positions whose parts a second kernel merges (split-K).
 #include <algorithm>
 #include <cmath>
 
