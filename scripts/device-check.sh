@@ -12,6 +12,8 @@
 #   stream  expert streaming tables (scripts/device-stream.sh)
 #   cuda-test   the CUDA tests: the backend op table, the fixture suite and the engine tests
 #               through cuda, the GPU expert cache's (logs under $OUT/cuda-*.log)
+#   cuda-ops    the backend op table alone, the cases matching OPS_FILTER (a gtest filter of case
+#               names, default all; e.g. "*gqa*:*mla*") with the switches MOEFLUX_TEST_FLIPS flips
 #   cuda-bench  bench --backend cuda on synth packs: qwen3-30b-a3b (CUDA_LAYERS of 48, default
 #               all) -p 512 -n 128, and mixtral-8x7b (4 layers) -p 512 -n 128; CUDA_PROFILE=1
 #               adds the per-stage profile of qwen3-30b-a3b
@@ -101,6 +103,12 @@ for s in $steps; do
       echo "engine, GatedDeltaNet on the device: rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-engine-gdn.log" | tr '\n' ' ')"
       MOEFLUX_CUDA_DEVICE_GDN=1 MOEFLUX_CUDA_GRAPHS=0 timeout 300 "$W/build/tests/test_engine" --gtest_filter='Cuda*EngineBatch*qwen3_next*' >"$OUT/cuda-engine-gdn-nographs.log" 2>&1
       echo "... and no step graphs: rc $? $(grep -E '^\[  (PASSED|FAILED)|B=[0-9]' "$OUT/cuda-engine-gdn-nographs.log" | tr '\n' ' ')" ;;
+    cuda-ops)
+      timeout 400 cmake --build "$W/build" -j"$(nproc)" --target test_backend_ops >"$OUT/build-tests.log" 2>&1 ||
+        { tail -30 "$OUT/build-tests.log"; continue; }
+      timeout 300 "$W/build/tests/test_backend_ops" --gtest_filter="${OPS_FILTER:-*}" >"$OUT/cuda-ops.log" 2>&1
+      echo "op table (${OPS_FILTER:-*}): rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-ops.log" | tr '\n' ' ')"
+      grep -E "^\[  FAILED|Failure|rel_l2|Which is" "$OUT/cuda-ops.log" | head -30 ;;
     cuda-alt)
       for m in "qwen3-30b-a3b ${CUDA_LAYERS:-48}" "mixtral-8x7b 4"; do
         q=$(synth $m)
