@@ -43,6 +43,12 @@ async function openPage(browser, srv) {
     if (r.url().endsWith('/v1/chat/completions')) seen.bodies.push(r.postDataJSON());
   });
   await page.goto(srv.url + '/', {timeout: 30000});
+  // The answers come to the page at 16 KB/s: the demo model writes its 120 tokens in tens of
+  // milliseconds, which a busy page could otherwise take in one or two reads (then nothing
+  // shows it growing, however it renders).
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Network.emulateNetworkConditions',
+                 {offline: false, latency: 0, downloadThroughput: 16 * 1024, uploadThroughput: -1});
   await page.evaluate(() => {
     window.__texts = [], window.__watch = 0;  // the texts of assistant bubble number __watch
     new MutationObserver(() => {
