@@ -82,7 +82,6 @@ void with_tc_fmt(int fmt, Fn&& fn) {
   else MF_ASSERT(!"tensor-core rows: affine 4-bit or 8-bit only");
 }
 
-
 // Element (i, j, r) of tc_tile's acc: its row of the tile and its column (0 .. kTcN).
 __device__ __forceinline__ int acc_row(int i, int r) { return 16 * i + (threadIdx.x % 32) / 4 + 8 * (r / 2); }
 __device__ __forceinline__ int acc_col(int j, int r) {
