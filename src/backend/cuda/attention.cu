@@ -374,13 +374,13 @@ void gqa_attend(const GqaDev& a, const float* q, const float* gate, const float*
   if (flash && gqa_flash_fits(a)) {
     const size_t several = size_t(gqa_flash_floats(a.head_dim, kGqaQueries)) * sizeof(float);
     if (T > 1 && splits == 1 && int64_t(several) <= smem_optin()) {
-      allow_smem<gqa_flash_kernel<kGqaQueries>>(int(smem_optin()));
+      allow_smem<gqa_flash_kernel<kGqaQueries>>(size_t(smem_optin()));
       launch_smem("gqa_flash", gqa_flash_kernel<kGqaQueries>,
                   dim3(unsigned(gqa_flash_blocks(a)), unsigned((T + kGqaQueries - 1) / kGqaQueries)), dim3(kGqaHeads * 32),
                   several, s, a, q, gate, k, v, pos, T, att, part);
       return;
     }
-    allow_smem<gqa_flash_kernel<1>>(int(smem_optin()));
+    allow_smem<gqa_flash_kernel<1>>(size_t(smem_optin()));
     launch_smem("gqa_flash", gqa_flash_kernel<1>, dim3(unsigned(gqa_flash_blocks(a)), unsigned(T), unsigned(splits)),
                 dim3(kGqaHeads * 32), size_t(gqa_flash_floats(a.head_dim, 1)) * sizeof(float), s, a, q, gate, k, v, pos, T,
                 att, part);

@@ -35,12 +35,15 @@ __device__ __forceinline__ void prefetch_l2_span(const uint8_t* p, int64_t bytes
   for (int64_t o = int64_t(lane) * 128; o < bytes; o += 32 * 128) prefetch_l2(p + o);
 }
 
-// Lets Kernel take up to `bytes` of dynamic shared memory (beyond the default 48 KB): set once
-// per kernel (the process's current device).
+// Lets Kernel take up to `bytes` of dynamic shared memory (beyond the default 48 KB): raised
+// when a launch needs more than the kernel was allowed so far (the process's current device).
 template <auto Kernel>
-void allow_smem(int bytes) {
-  static const bool once = (MF_CUDA(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)), true);
-  (void)once;
+void allow_smem(size_t bytes) {
+  static size_t allowed = 48 * 1024;
+  if (bytes > allowed) {
+    MF_CUDA(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    allowed = bytes;
+  }
 }
 
 // launch() with `smem` bytes of dynamic shared memory.

@@ -173,7 +173,7 @@ void mla_attend(const MlaDev& a, const float* qc, const float* qpe, const float*
   if (T == 0) return;
   MF_ASSERT(splits >= 1 && splits <= kMaxSplits && (splits == 1 || part));
   const size_t bytes = size_t(flash_floats(a.rank, a.rope_dim)) * sizeof(float);
-  allow_smem<mla_flash_kernel>(int(smem_optin()));
+  allow_smem<mla_flash_kernel>(size_t(smem_optin()));
   const unsigned groups = unsigned((a.n_heads + kGroup - 1) / kGroup);
   mla_flash_kernel<<<dim3(groups, unsigned(T), unsigned(splits)), kFlashWarps * 32, bytes, s>>>(a, qc, qpe, cache_c,
                                                                                                 cache_kpe, pos, ctx, part);

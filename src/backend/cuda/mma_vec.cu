@@ -424,15 +424,6 @@ __global__ void __launch_bounds__(kVecThreads, 2)
       [](int) {});
 }
 
-template <auto Kernel>
-void allow_vec_smem(size_t bytes) {
-  static size_t allowed = 48 * 1024;
-  if (bytes > allowed) {
-    MF_CUDA(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    allowed = bytes;
-  }
-}
-
 // Row blocks a block computes: about two blocks a multiprocessor for `total` row blocks, at
 // most kMaxRbb (a block's row blocks run one after another).
 constexpr int kMaxRbb = 8;
@@ -509,7 +500,7 @@ void matmul_vec(std::span<const DW> ws, const float* x, int64_t T, std::span<flo
     for (int j = n + 1; j <= kMaxTc; ++j) d.first[j] = INT32_MAX;
     const int stages = vec_stages(int(T), lead.cols, lead.group, rbb, 0);
     const size_t smem = vec_smem_bytes(int(T), lead.cols, lead.group, stages);
-    allow_vec_smem<matvec_vec_kernel>(smem);
+    allow_smem<matvec_vec_kernel>(smem);
     launch_smem("matvec_vec", matvec_vec_kernel, dim3(unsigned(d.first[n])), dim3(kVecThreads), smem, s, d, x, int(T),
                 rbb, stages);
   }
@@ -521,7 +512,7 @@ void experts_gate_up_vec(const DW* table, int64_t group, int64_t hidden, int64_t
   const size_t gu = sizeof(float) * kVecJ * 64;
   const TileGrid g = tile_grid((hidden + 7) / 8, pt, n, dim, group, gu);
   const size_t smem = vec_smem_bytes(n, dim, group, g.stages);
-  allow_vec_smem<gate_up_vec_kernel>(smem);
+  allow_smem<gate_up_vec_kernel>(smem);
   launch_smem("experts_gate_up_vec", gate_up_vec_kernel, g.grid, dim3(kVecThreads), smem, s, table, hidden, int(dim), x,
               k, pt.sorted, pt.tiles, pt.n_tiles, h, g.rbb, g.stages);
 }
@@ -531,7 +522,7 @@ void experts_down_vec(const DW* table, int64_t group, int64_t hidden, int64_t di
   const int n = int(std::min<int64_t>(kTile, pt.pairs / k));
   const TileGrid g = tile_grid((dim + 15) / 16, pt, n, hidden, group, 0);
   const size_t smem = vec_smem_bytes(n, hidden, group, g.stages);
-  allow_vec_smem<down_vec_kernel>(smem);
+  allow_smem<down_vec_kernel>(smem);
   launch_smem("experts_down_vec", down_vec_kernel, g.grid, dim3(kVecThreads), smem, s, table, dim, int(hidden), h,
               pt.sorted, pt.tiles, pt.n_tiles, y, g.rbb, g.stages);
 }
