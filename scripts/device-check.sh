@@ -38,9 +38,11 @@
 #               qwen3-30b-a3b; --clock-control none), summed by kernel name; NCU_BENCH: the bench
 #               arguments instead (default "-p 0 -n 3 -r 1"; "-p 512 -n 0 -r 1": a prefill);
 #               NCU_KERNELS: the sections of one launch of each kernel matching these
-#   cuda-sass   Nsight Compute's per-instruction counters (executed, stall samples) of the 21st
-#               launch of each kernel matching SASS_KERNELS (default "gate_up_vec matvec_vec") in
-#               those tokens, summarised by scripts/sass-summary.py (CSVs under $OUT)
+#   cuda-sass   Nsight Compute's per-instruction counters (executed, stall samples) of one launch
+#               (past the first SASS_SKIP, default 20) of each kernel matching SASS_KERNELS
+#               (default "gate_up_vec matvec_vec") in bench $SASS_BENCH (default "-p 0 -n 3 -r 1";
+#               "-p 512 -n 0 -r 1" and SASS_SKIP=4: a prefill's), summarised by
+#               scripts/sass-summary.py (CSVs under $OUT)
 # FULL=1: the full moeflux (tokenizer, server) instead of the engine-only one, with the
 # libraries the machine lacks taken from carry/deps (scripts/carry-deps.sh; carry ["carry/deps"]).
 # Usage: OUT=dir DEVICE_STEPS="ab seqs" [CPU_LAYERS=48] scripts/device-check.sh
@@ -162,8 +164,8 @@ PY
       q=$(synth qwen3-30b-a3b 8)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       for kname in ${SASS_KERNELS:-gate_up_vec matvec_vec}; do
-        timeout 200 "$NCU" --clock-control none -k "regex:$kname" -s 20 -c 1 --section SourceCounters --page source \
-          --print-source sass --csv $W/build/src/moeflux bench --backend cuda -m "$q" -p 0 -n 3 -r 1 \
+        timeout 200 "$NCU" --clock-control none -k "regex:$kname" -s "${SASS_SKIP:-20}" -c 1 --section SourceCounters --page source \
+          --print-source sass --csv $W/build/src/moeflux bench --backend cuda -m "$q" ${SASS_BENCH:--p 0 -n 3 -r 1} \
           >"$OUT/sass-$kname.csv" 2>"$OUT/sass-$kname.err"
         python3 scripts/sass-summary.py "$OUT/sass-$kname.csv" --chunk 100 --hot >"$OUT/sass-$kname.txt" 2>&1
         echo "$kname:"; head -60 "$OUT/sass-$kname.txt"
