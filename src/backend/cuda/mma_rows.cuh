@@ -20,7 +20,7 @@ namespace moeflux::cuda {
 
 // Eight warps side by side over the weight rows, 32 rows each, every warp over all kTcM rows of
 // x: the block's weight rows are two halves of kTcHalf (dense: consecutive rows of one weight;
-// gate / up: the same rows of each). ptxas gives the kernels ~200 registers a thread (two sets of
+// gate / up: the same rows of each). ptxas gives the kernels ~185 registers a thread (two sets of
 // accumulators: per group and in all), so one block of 8 warps runs a multiprocessor.
 constexpr int kTcWarps = 8, kTcThreads = 32 * kTcWarps, kTcN = 32 * kTcWarps, kTcHalf = kTcN / 2;
 constexpr int kTcStages = 4, kTcChunks = 2;  // a stage: two chunks of 32 columns
